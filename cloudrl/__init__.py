@@ -1,0 +1,1 @@
+"""cloudrl: RL for cloud cluster scheduling."""

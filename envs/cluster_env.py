@@ -1,0 +1,222 @@
+"""Gymnasium envs over one ClusterSim: the flat and the branching action interface.
+
+Both share the simulator, the observation builder and the reward; they differ
+only in how an action is decoded and which mask comes with the observation.
+
+* Flat (``ClusterSchedulingEnv``): ``Discrete(K*N + N + 1)``; action
+  ``k*N + n`` places queue slot k on server n, ``K*N + n`` toggles server n's
+  power state, ``K*N + N`` waits.
+* Branching (``ClusterBranchingEnv``): ``MultiDiscrete([N+1]*K + [3]*T + [L])``;
+  per queue slot a server or N = defer, per tier 0 = sleep one idle server,
+  1 = hold, 2 = wake one asleep server, and a queue priority level
+  (0 = FIFO ... L-1 = least slack first). The mask is the concatenation of
+  the per-branch masks. Placements are applied in slot order; one that no
+  longer fits because an earlier slot took the room is deferred and counted
+  in ``info["placement_conflicts"]``.
+
+An in-space action the mask forbids changes nothing in the cluster (the tick
+still passes), costs ``invalid_action_penalty`` and sets
+``info["invalid_action"]``. An action outside the space raises ValueError.
+Reward = -(alpha * normalized energy + beta * SLA violations + toggle_penalty
+* toggles) - invalid penalty; each term is also in ``info``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.env_config import EnvConfig
+from envs.observation import ObservationBuilder, observation_space
+from envs.sim import ACTIVE, ASLEEP, ClusterSim, TickOutcome
+from envs.workloads import make_workload
+
+SLEEP_ONE, HOLD, WAKE_ONE = 0, 1, 2
+
+
+class _ClusterEnvBase(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
+        self.config = EnvConfig.coerce(config)
+        sim_cfg = self.config.sim
+        self.sim = ClusterSim(sim_cfg, make_workload(self.config.workload, sim_cfg.tick_seconds))
+        self.n_servers = self.sim.fleet.n_servers
+        self.queue_window = sim_cfg.queue_window
+        self.obs_builder = ObservationBuilder(self.sim)
+        self._mask = np.zeros(0, dtype=bool)
+        self.episode_seed: int | None = None
+
+    # subclasses define: action_space, mask(), _apply(action) -> (invalid, extra_info)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is None:
+            pool = self.config.seed_pool
+            if pool:
+                seed = int(pool[int(self.np_random.integers(len(pool)))])
+            else:
+                seed = int(self.np_random.integers(2**31 - 1))
+        self.episode_seed = int(seed)
+        self.sim.reset(self.episode_seed)
+        return self._observe(), {"episode_seed": self.episode_seed}
+
+    def step(self, action):
+        invalid, extra = self._apply(action)
+        outcome = self.sim.advance()
+        obs = self._observe()
+        reward, info = self._reward(outcome, invalid)
+        info.update(extra)
+        return obs, reward, False, self.sim.done, info
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        fits, servers, jobs, tier_sums = self.obs_builder.compute()
+        self._mask = self._mask_from(fits, tier_sums)
+        return self.obs_builder.assemble(servers, jobs, tier_sums, self._mask)
+
+    def mask(self) -> np.ndarray:
+        """The action mask of the current state (the same one the observation carries)."""
+        fits, _, _, tier_sums = self.obs_builder.compute()
+        return self._mask_from(fits, tier_sums)
+
+    def _reward(self, out: TickOutcome, invalid: bool) -> tuple[float, dict[str, Any]]:
+        cfg = self.config.sim
+        violations = out.late + out.dropped
+        r_energy = cfg.alpha * out.energy_norm
+        r_sla = cfg.beta * violations
+        r_toggle = cfg.toggle_penalty * out.toggles
+        r_invalid = cfg.invalid_action_penalty if invalid else 0.0
+        info = {
+            "energy_kwh": out.energy_j / 3.6e6, "energy_norm": out.energy_norm,
+            "violations": violations, "late": out.late, "dropped": out.dropped,
+            "finished": out.finished, "toggles": out.toggles, "invalid_action": invalid,
+            "r_energy": -r_energy, "r_sla": -r_sla, "r_toggle": -r_toggle,
+            "r_invalid": -r_invalid,
+        }
+        return -(r_energy + r_sla + r_toggle + r_invalid), info
+
+    @property
+    def action_mask(self) -> np.ndarray:
+        """The mask that came with the latest observation."""
+        return self._mask
+
+
+class ClusterSchedulingEnv(_ClusterEnvBase):
+    """Flat interface: ``Discrete(K*N + N + 1)`` with an ``action_mask``."""
+
+    def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        k, n = self.queue_window, self.n_servers
+        self.n_actions = k * n + n + 1
+        self.wait_action = k * n + n
+        self.action_space = spaces.Discrete(self.n_actions)
+        self.observation_space = observation_space(self.sim, self.n_actions)
+
+    def _mask_from(self, fits: np.ndarray, tier_sums: np.ndarray) -> np.ndarray:
+        sim, n = self.sim, self.n_servers
+        mask = np.zeros(self.n_actions, dtype=bool)
+        mask[: fits.size] = fits.ravel()
+        kn = self.queue_window * n
+        mask[kn:kn + n] = sim.toggle_mask()
+        mask[-1] = True
+        return mask
+
+    def _apply(self, action) -> tuple[bool, dict[str, Any]]:
+        a = action if type(action) is int and 0 <= action < self.n_actions \
+            else _as_int(action, self.n_actions)
+        if not self._mask[a]:
+            return True, {}
+        kn = self.queue_window * self.n_servers
+        if a < kn:
+            self.sim.place(a // self.n_servers, a % self.n_servers)
+        elif a < kn + self.n_servers:
+            self.sim.toggle(a - kn)
+        return False, {}
+
+
+class ClusterBranchingEnv(_ClusterEnvBase):
+    """Branching interface: ``MultiDiscrete`` with concatenated per-branch masks."""
+
+    def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        k, n = self.queue_window, self.n_servers
+        self.n_tiers = self.sim.fleet.n_tiers
+        self.levels = self.config.sim.priority_levels
+        self.branch_sizes = [n + 1] * k + [3] * self.n_tiers + [self.levels]
+        self.action_space = spaces.MultiDiscrete(self.branch_sizes)
+        self.observation_space = observation_space(self.sim, int(sum(self.branch_sizes)))
+        self._offsets = np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]])
+        self._mask_size = int(sum(self.branch_sizes))
+
+    def branch_masks(self) -> list[np.ndarray]:
+        """The mask of each branch, in branch order (views into :meth:`action_mask`)."""
+        return [self._mask[o:o + s] for o, s in zip(self._offsets, self.branch_sizes, strict=True)]
+
+    def _mask_from(self, fits: np.ndarray, tier_sums: np.ndarray) -> np.ndarray:
+        k, n = self.queue_window, self.n_servers
+        mask = np.ones(self._mask_size, dtype=bool)
+        slots = mask[: k * (n + 1)].reshape(k, n + 1)
+        slots[:, :n] = False
+        slots[: len(fits), :n] = fits
+        tiers = mask[k * (n + 1): k * (n + 1) + 3 * self.n_tiers].reshape(self.n_tiers, 3)
+        tiers[:, SLEEP_ONE] = tier_sums[4] > 0  # an idle active server in the tier
+        tiers[:, WAKE_ONE] = tier_sums[2] > 0  # an asleep server in the tier
+        return mask
+
+    def _apply(self, action) -> tuple[bool, dict[str, Any]]:
+        a = _as_int_vector(action, self.branch_sizes)
+        if not self._mask[self._offsets + a].all():
+            return True, {"placement_conflicts": 0}
+        sim, k, n = self.sim, self.queue_window, self.n_servers
+        jobs = list(sim.window())
+        conflicts = 0
+        for slot in range(min(k, len(jobs))):
+            server = int(a[slot])
+            if server < n and not sim.place(sim.queue.index(jobs[slot]), server):
+                conflicts += 1
+        for tier in range(self.n_tiers):
+            conflicts += not self._power(tier, int(a[k + tier]))
+        sim.set_priority(int(a[-1]))
+        return False, {"placement_conflicts": conflicts}
+
+    def _power(self, tier: int, decision: int) -> bool:
+        sim = self.sim
+        in_tier = sim.fleet.tier == tier
+        if decision == SLEEP_ONE:
+            idle = np.flatnonzero(in_tier & (sim.power_state == ACTIVE) & (sim.n_running == 0))
+            return bool(len(idle)) and sim.toggle(int(idle[-1]))
+        if decision == WAKE_ONE:
+            asleep = np.flatnonzero(in_tier & (sim.power_state == ASLEEP))
+            return bool(len(asleep)) and sim.toggle(int(asleep[0]))
+        return True
+
+
+def _as_int(action, n: int) -> int:
+    try:
+        arr = np.asarray(action)
+        if arr.size != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError
+        a = int(arr.reshape(()))
+    except (TypeError, ValueError):
+        raise ValueError(f"action {action!r} is not an integer in Discrete({n})") from None
+    if not 0 <= a < n:
+        raise ValueError(f"action {a} outside Discrete({n})")
+    return a
+
+
+def _as_int_vector(action, sizes: list[int]) -> np.ndarray:
+    arr = np.asarray(action)
+    if arr.shape != (len(sizes),) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(
+            f"action must be {len(sizes)} integers (MultiDiscrete), got shape {arr.shape} "
+            f"dtype {arr.dtype}"
+        )
+    bad = np.flatnonzero((arr < 0) | (arr >= np.asarray(sizes)))
+    if len(bad):
+        b = int(bad[0])
+        raise ValueError(f"action branch {b} = {int(arr[b])} outside [0, {sizes[b]})")
+    return arr.astype(np.int64)

@@ -1,0 +1,100 @@
+"""Typed configuration of the cluster simulator: fleet tiers, physics, reward, queue.
+
+Every model has defaults that run; validation errors name the offending field
+(pydantic does that for us, and the validators below add the physics rules,
+e.g. ``P_max >= P_idle`` for every tier).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    """Base for all config models: unknown fields are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierConfig(_Strict):
+    """One hardware tier: capacity, power curve P(u) = P_idle + (P_max - P_idle) * u**alpha."""
+
+    name: str
+    cpu_cores: float = Field(gt=0)
+    mem_gib: float = Field(gt=0)
+    p_idle_w: float = Field(ge=0)
+    p_max_w: float = Field(gt=0)
+    power_exponent: float = Field(default=1.4, gt=0)
+    share: float = Field(default=1.0, gt=0, description="relative share of the fleet")
+
+    @model_validator(mode="after")
+    def _power_curve_is_monotone(self) -> TierConfig:
+        if self.p_max_w < self.p_idle_w:
+            raise ValueError(
+                f"tier {self.name!r}: p_max_w ({self.p_max_w}) must be >= "
+                f"p_idle_w ({self.p_idle_w})"
+            )
+        return self
+
+
+def default_tiers() -> list[TierConfig]:
+    """Three tiers loosely modelled on small/standard/large cloud hosts (SPECpower-like ratios)."""
+    return [
+        TierConfig(name="efficient", cpu_cores=16, mem_gib=64, p_idle_w=60, p_max_w=180,
+                   power_exponent=1.3),
+        TierConfig(name="standard", cpu_cores=32, mem_gib=128, p_idle_w=100, p_max_w=300,
+                   power_exponent=1.4),
+        TierConfig(name="performance", cpu_cores=64, mem_gib=256, p_idle_w=180, p_max_w=520,
+                   power_exponent=1.6),
+    ]
+
+
+class FleetConfig(_Strict):
+    """The fleet: how many servers, which tiers, and the fixed seed that lays them out."""
+
+    n_servers: int = Field(default=15, ge=1, le=4096)
+    tiers: list[TierConfig] = Field(default_factory=default_tiers, min_length=1)
+    fleet_seed: int = Field(default=0, ge=0)
+    initially_asleep: float = Field(default=0.0, ge=0.0, le=1.0,
+                                    description="fraction of servers asleep at reset")
+
+    @model_validator(mode="after")
+    def _unique_tier_names(self) -> FleetConfig:
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tiers: duplicate tier names {names}")
+        return self
+
+
+class SimConfig(_Strict):
+    """Physics, queue and reward of the simulator. One step = one tick of ``tick_seconds``."""
+
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    episode_length: int = Field(default=1000, ge=1)
+    tick_seconds: float = Field(default=60.0, gt=0)
+    queue_window: int = Field(default=8, ge=1, le=64,
+                              description="K: pending jobs visible to the policy")
+    queue_capacity: int = Field(default=64, ge=1,
+                                description="pending jobs held; arrivals beyond it are dropped")
+    max_running: int = Field(default=4096, ge=1, description="running-job slots preallocated")
+    standby_fraction: float = Field(default=0.05, ge=0.0, le=1.0,
+                                    description="asleep power as a fraction of P_idle")
+    wake_delay: int = Field(default=3, ge=0, description="ticks from wake command to active")
+    alpha: float = Field(default=5.0, ge=0, description="weight of normalized energy")
+    beta: float = Field(default=60.0, ge=0, description="weight per SLA violation")
+    toggle_penalty: float = Field(default=0.2, ge=0, description="cost per power toggle")
+    invalid_action_penalty: float = Field(default=1.0, ge=0)
+    priority_levels: int = Field(default=4, ge=1, le=16,
+                                 description="queue-order levels of the branching interface")
+    warm_start: bool = Field(default=True,
+                             description="start episodes with jobs already running (steady state)")
+    diurnal_period: int = Field(default=1440, ge=1, description="ticks per simulated day")
+
+    @model_validator(mode="after")
+    def _window_fits_queue(self) -> SimConfig:
+        if self.queue_window > self.queue_capacity:
+            raise ValueError(
+                f"queue_window ({self.queue_window}) must be <= "
+                f"queue_capacity ({self.queue_capacity})"
+            )
+        return self

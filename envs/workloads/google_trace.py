@@ -1,0 +1,430 @@
+"""Google cluster-data 2011 (trace v2) ``task_events`` ingestion and replay.
+
+:func:`parse_task_events` streams shards (``.csv`` / ``.csv.gz``, 13 columns, no
+header) and reduces each task (job ID, task index) to one job: arrival at its first
+SUBMIT (first SCHEDULE if none), duration from the SCHEDULE that starts its last
+successful run to that run's FINISH -- never from SUBMIT, so an evicted and
+resubmitted task counts only its final run. Tasks that never finish are excluded
+and counted by reason. :func:`save_trace` / :func:`load_trace` keep the result in
+one compact ``.npz``; :class:`TraceReplayWorkload` replays it as a ``Workload``.
+
+* Requests come from the SCHEDULE starting the final run; an empty field is filled
+  from the nearest other event of the task (earlier first; UPDATE_PENDING/RUNNING
+  only as a last resort), else the task is excluded as ``missing_request``. Values
+  are clipped to (0, 1]: zero becomes :data:`REQUEST_FLOOR` (``requests_floored``),
+  above 1 becomes 1 (``requests_clipped``).
+* A run starting at timestamp 0 (before the trace start) or ending at 2**63-1 (after
+  its end) has no known duration: ``censored_start`` / ``censored_end``. A FINISH
+  in the same microsecond as its SCHEDULE lasts 1 us.
+* A task's events are sorted by timestamp; ties keep file order, files are read in
+  sorted path order, so the result does not depend on the argument order.
+* Malformed rows raise :class:`TraceFormatError` naming file, 1-based line and field;
+  with ``skip_malformed=True`` they are skipped and counted per file.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import os
+import zipfile
+import zlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, TextIO
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
+
+SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST, UPDATE_PENDING, UPDATE_RUNNING = range(9)
+N_COLUMNS = 13
+BEFORE_START_US = 0
+AFTER_END_US = 2**63 - 1
+REQUEST_FLOOR = 1e-4
+FORMAT_TAG = "cloudrl-trace-v1"
+
+_UPDATES = frozenset({UPDATE_PENDING, UPDATE_RUNNING})
+_RUN_ENDERS = {EVICT: "evicted", FAIL: "failed", KILL: "killed", LOST: "lost"}
+_ARRAYS = {"arrival_us": np.int64, "duration_us": np.int64, "cpu": np.float64, "mem": np.float64}
+
+# One event: (timestamp_us, event_type, cpu_request or None, mem_request or None).
+_Event = tuple[int, int, float | None, float | None]
+
+
+class TraceFormatError(ValueError):
+    """A ``task_events`` file that does not follow the 13-column schema."""
+
+
+class TraceFileError(ValueError):
+    """A file that is not a valid compact cloudrl trace (``.npz``)."""
+
+
+class _BadField(ValueError):
+    """Internal: one row is malformed; the reader adds file and line."""
+
+
+@dataclass
+class ImportReport:
+    """What an import saw: rows, tasks, and why tasks were left out."""
+
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    tasks_seen: int = 0
+    tasks_finished: int = 0
+    tasks_kept: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)
+    malformed_skipped: dict[str, int] = field(default_factory=dict)
+    resubmissions: int = 0
+    requests_filled: int = 0
+    requests_floored: int = 0
+    requests_clipped: int = 0
+    first_timestamp_us: int | None = None
+    last_timestamp_us: int | None = None
+
+    @property
+    def span_us(self) -> int:
+        """Microseconds between the first and last real (not 0, not 2**63-1) timestamp."""
+        if self.first_timestamp_us is None or self.last_timestamp_us is None:
+            return 0
+        return self.last_timestamp_us - self.first_timestamp_us
+
+    @property
+    def malformed_total(self) -> int:
+        return sum(self.malformed_skipped.values())
+
+
+@dataclass(frozen=True)
+class TraceJobs:
+    """Finished tasks as jobs: arrival (sorted, first = 0) and duration in microseconds.
+
+    ``span_us`` is the replay period: from the first arrival to the last real
+    timestamp of the trace, and always past the last arrival.
+    """
+
+    arrival_us: np.ndarray  # int64, sorted, arrival_us[0] == 0
+    duration_us: np.ndarray  # int64 > 0
+    cpu: np.ndarray  # float64 in (0, 1]
+    mem: np.ndarray  # float64 in (0, 1]
+    span_us: int
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_us)
+        if any(len(getattr(self, name)) != n for name in _ARRAYS):
+            raise ValueError(f"TraceJobs: arrays differ in length ({n} arrivals)")
+        if n == 0:
+            return
+        if self.arrival_us[0] != 0 or np.any(np.diff(self.arrival_us) < 0):
+            raise ValueError("TraceJobs.arrival_us: must be sorted and start at 0")
+        if np.any(self.duration_us <= 0):
+            raise ValueError("TraceJobs.duration_us: every duration must be > 0")
+        for name in ("cpu", "mem"):
+            values = getattr(self, name)
+            if np.any(~(values > 0)) or np.any(values > 1):
+                raise ValueError(f"TraceJobs.{name}: requests must lie in (0, 1]")
+        if self.span_us <= self.arrival_us[-1]:
+            raise ValueError(f"TraceJobs.span_us ({self.span_us}) must exceed the last arrival")
+
+    def __len__(self) -> int:
+        return len(self.arrival_us)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _int_field(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise _BadField(f"{name} {value!r} is not an integer") from None
+
+
+def _request_field(value: str, name: str) -> float | None:
+    if not value.strip():
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise _BadField(f"{name} {value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise _BadField(f"{name} {value!r} is not a finite number >= 0")
+    return number
+
+
+def _parse_row(row: list[str]) -> tuple[tuple[int, int], _Event]:
+    if len(row) != N_COLUMNS:
+        raise _BadField(f"expected {N_COLUMNS} columns, got {len(row)}")
+    ts = _int_field(row[0], "timestamp")
+    if ts < 0:
+        raise _BadField(f"timestamp {row[0]!r} is negative")
+    job, task = _int_field(row[2], "job ID"), _int_field(row[3], "task index")
+    kind = _int_field(row[5], "event type")
+    if not SUBMIT <= kind <= UPDATE_RUNNING:
+        raise _BadField(f"event type {row[5]!r} is not a known code (0-8)")
+    cpu = _request_field(row[9], "CPU request")
+    mem = _request_field(row[10], "memory request")
+    return (job, task), (ts, kind, cpu, mem)
+
+
+def _open_text(path: Path) -> TextIO:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return open(path, newline="", encoding="utf-8")
+
+
+def _read_file(path: Path, events: dict[tuple[int, int], list[_Event]], report: ImportReport,
+               skip_malformed: bool) -> None:
+    """Stream one shard into ``events`` (per task), updating row counts and the time span."""
+    skipped, rows = 0, 0
+    lo, hi = report.first_timestamp_us, report.last_timestamp_us
+    line = 0
+    try:
+        with _open_text(path) as handle:
+            reader = csv.reader(handle)
+            for row in reader:
+                line = reader.line_num
+                try:
+                    key, event = _parse_row(row)
+                except _BadField as err:
+                    if not skip_malformed:
+                        raise TraceFormatError(f"{path}: line {line}: {err}") from None
+                    skipped += 1
+                    continue
+                events.setdefault(key, []).append(event)
+                rows += 1
+                ts = event[0]
+                if BEFORE_START_US < ts < AFTER_END_US:
+                    lo = ts if lo is None or ts < lo else lo
+                    hi = ts if hi is None or ts > hi else hi
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error, zlib.error) as err:
+        raise TraceFormatError(f"{path}: cannot read after line {line}: {err}") from None
+    report.rows += rows
+    report.first_timestamp_us, report.last_timestamp_us = lo, hi
+    if skip_malformed:
+        report.malformed_skipped[str(path)] = skipped
+
+
+def _final_run(events: list[_Event]) -> tuple[int, int] | str:
+    """Indices (SCHEDULE, FINISH) of the last successful run, or why there is none."""
+    running: int | None = None
+    final: tuple[int, int] | None = None
+    last_lifecycle: int | None = None
+    for i, (_, kind, _, _) in enumerate(events):
+        if kind == SCHEDULE:
+            running = i
+        elif kind == FINISH:
+            if running is not None:
+                final = (running, i)
+            running = None
+        elif kind in _RUN_ENDERS:
+            running = None
+        if kind not in _UPDATES:
+            last_lifecycle = kind
+    if final is not None:
+        return final
+    if last_lifecycle in _RUN_ENDERS:
+        return _RUN_ENDERS[last_lifecycle]
+    return "no_schedule" if last_lifecycle == FINISH else "unfinished"
+
+
+def _pick_request(events: list[_Event], anchor: int, column: int) -> tuple[float | None, bool]:
+    """Request at ``events[anchor]``, else from the nearest event that has it (filled=True)."""
+    own = events[anchor][column]
+    if own is not None:
+        return own, False
+    order = sorted(range(len(events)),
+                   key=lambda i: (events[i][1] in _UPDATES, i > anchor, abs(i - anchor)))
+    for i in order:
+        value = events[i][column]
+        if value is not None:
+            return value, True
+    return None, False
+
+
+def _clip_request(value: float, report: ImportReport) -> float:
+    if value <= 0:
+        report.requests_floored += 1
+        return REQUEST_FLOOR
+    if value > 1:
+        report.requests_clipped += 1
+        return 1.0
+    return value
+
+
+def _exclude(report: ImportReport, reason: str) -> None:
+    report.excluded[reason] = report.excluded.get(reason, 0) + 1
+
+
+def _reduce_task(events: list[_Event], report: ImportReport
+                 ) -> tuple[int, int, float, float] | None:
+    """One task's events -> (arrival_us, duration_us, cpu, mem), or None when excluded."""
+    events.sort(key=lambda e: e[0])  # stable: equal timestamps keep file order
+    kinds = [e[1] for e in events]
+    report.resubmissions += max(0, kinds.count(SUBMIT) - 1)
+    run = _final_run(events)
+    if isinstance(run, str):
+        _exclude(report, run)
+        return None
+    report.tasks_finished += 1
+    start, end = events[run[0]][0], events[run[1]][0]
+    if start == BEFORE_START_US or end == AFTER_END_US:
+        _exclude(report, "censored_start" if start == BEFORE_START_US else "censored_end")
+        return None
+    cpu, cpu_filled = _pick_request(events, run[0], 2)
+    mem, mem_filled = _pick_request(events, run[0], 3)
+    if cpu is None or mem is None:
+        _exclude(report, "missing_request")
+        return None
+    report.requests_filled += int(cpu_filled or mem_filled)
+    first = SUBMIT if SUBMIT in kinds else SCHEDULE
+    arrival = events[kinds.index(first)][0]
+    cpu, mem = _clip_request(cpu, report), _clip_request(mem, report)
+    return arrival, max(1, end - start), cpu, mem
+
+
+def parse_task_events(paths: Iterable[str | os.PathLike[str]], *,
+                      skip_malformed: bool = False) -> tuple[TraceJobs, ImportReport]:
+    """Parse ``task_events`` shards into finished jobs and an :class:`ImportReport`."""
+    files = [Path(p) for p in paths]
+    if not files:
+        raise ValueError("no task_events files given")
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"task_events file not found: {path}")
+    report = ImportReport(files=[str(p) for p in files])
+    events: dict[tuple[int, int], list[_Event]] = {}
+    for path in sorted(files, key=str):
+        _read_file(path, events, report, skip_malformed)
+    report.tasks_seen = len(events)
+    reduced = (_reduce_task(events.pop(key), report) for key in sorted(events))
+    kept = [job for job in reduced if job is not None]
+    report.tasks_kept = len(kept)
+    return _to_jobs(kept, report), report
+
+
+def _to_jobs(kept: list[tuple[int, int, float, float]], report: ImportReport) -> TraceJobs:
+    """Columns sorted by arrival (ties keep task-key order), arrivals shifted to start at 0."""
+    if not kept:
+        return TraceJobs(*(np.zeros(0, dtype=t) for t in _ARRAYS.values()), span_us=0)
+    columns = zip(*kept, strict=True)
+    arrival, duration, cpu, mem = (np.array(column, dtype=t) for column, t
+                                   in zip(columns, _ARRAYS.values(), strict=True))
+    order = np.argsort(arrival, kind="stable")
+    first = int(arrival[order[0]])
+    arrival = arrival[order] - first
+    span = max(int(arrival[-1]) + 1, (report.last_timestamp_us or 0) - first)
+    return TraceJobs(arrival, duration[order], cpu[order], mem[order], span_us=span)
+
+
+# ----------------------------------------------------------------- compact file
+
+
+def save_trace(path: str | os.PathLike[str], jobs: TraceJobs, report: ImportReport) -> Path:
+    """Write jobs and the import report to one ``.npz`` at exactly ``path``."""
+    out = Path(path)
+    meta = json.dumps({"format": FORMAT_TAG, "report": asdict(report)})
+    with open(out, "wb") as handle:
+        np.savez_compressed(handle, **{name: getattr(jobs, name) for name in _ARRAYS},
+                            span_us=np.int64(jobs.span_us), meta=np.array(meta))
+    return out
+
+
+def load_trace(path: str | os.PathLike[str]) -> tuple[TraceJobs, ImportReport]:
+    """Read a file written by :func:`save_trace`; raise :class:`TraceFileError` if it is not one."""
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"trace file not found: {source}")
+    try:
+        with np.load(source, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise TraceFileError(f"{source}: not a cloudrl trace file ({err})") from None
+    missing = [n for n in (*_ARRAYS, "span_us", "meta") if n not in arrays]
+    if missing:
+        raise TraceFileError(f"{source}: not a cloudrl trace file, missing arrays {missing}")
+    try:
+        meta = json.loads(str(arrays["meta"]))
+        if meta.get("format") != FORMAT_TAG:
+            raise ValueError(f"format tag {meta.get('format')!r} != {FORMAT_TAG!r}")
+        report = ImportReport(**meta["report"])
+        columns = {n: arrays[n].astype(t, casting="safe") for n, t in _ARRAYS.items()}
+        jobs = TraceJobs(**columns, span_us=int(arrays["span_us"]))
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise TraceFileError(f"{source}: invalid cloudrl trace file: {err}") from None
+    return jobs, report
+
+
+# ----------------------------------------------------------------------- replay
+
+
+class TraceReplayConfig(BaseModel):
+    """Replay of a compact trace file; ``time_scale`` > 1 compresses trace time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["trace"] = "trace"
+    path: str
+    time_scale: float = Field(default=1.0, gt=0, description="trace seconds are divided by it")
+    deadline: DeadlineConfig = Field(default_factory=DeadlineConfig)
+    max_duration_ticks: int | None = Field(default=None, ge=1, description="clip durations")
+
+
+class TraceReplayWorkload:
+    """Episodes are windows of the trace starting at a seeded offset, wrapping at the end."""
+
+    name = "trace"
+
+    def __init__(self, cfg: TraceReplayConfig, tick_seconds: float) -> None:
+        if not tick_seconds > 0:
+            raise ValueError(f"tick_seconds must be > 0, got {tick_seconds}")
+        self.cfg = cfg
+        self.jobs, self.report = load_trace(cfg.path)
+        if len(self.jobs) == 0:
+            raise ValueError(f"{cfg.path}: the trace holds no finished jobs to replay")
+        self.us_per_tick = tick_seconds * cfg.time_scale * 1e6
+        ticks = np.maximum(np.ceil(self.jobs.duration_us / self.us_per_tick), 1).astype(np.int64)
+        if cfg.max_duration_ticks is not None:
+            ticks = np.minimum(ticks, cfg.max_duration_ticks)
+        self.duration_ticks = ticks
+
+    def _window(self, start_us: int, length_us: float) -> tuple[np.ndarray, np.ndarray]:
+        """Job indices and arrival offsets (us) in ``[start, start + length)``, wrapping."""
+        arrival, span = self.jobs.arrival_us, self.jobs.span_us
+        indices, offsets = [], []
+        copy = 0
+        while copy * span < start_us + length_us:
+            shifted = arrival + (copy * span - start_us)
+            lo, hi = np.searchsorted(shifted, [0, length_us], side="left")
+            indices.append(np.arange(lo, hi))
+            offsets.append(shifted[lo:hi])
+            copy += 1
+        return np.concatenate(indices), np.concatenate(offsets)
+
+    def _table(self, arrival: np.ndarray, idx: np.ndarray, rng: np.random.Generator) -> JobTable:
+        duration = self.duration_ticks[idx]
+        return JobTable(arrival=arrival, cpu=self.jobs.cpu[idx], mem=self.jobs.mem[idx],
+                        duration=duration,
+                        deadline=assign_deadlines(duration, rng, self.cfg.deadline))
+
+    def generate(self, horizon: int, rng: np.random.Generator, fleet: FleetCapacity) -> JobTable:
+        if horizon <= 0:
+            return JobTable.empty()
+        start = int(rng.integers(0, self.jobs.span_us))
+        idx, offset_us = self._window(start, horizon * self.us_per_tick)
+        arrival = np.floor(offset_us / self.us_per_tick).astype(np.int64)
+        return self._table(np.minimum(arrival, horizon - 1), idx, rng)
+
+    def stationary_sample(self, n: int, rng: np.random.Generator,
+                          fleet: FleetCapacity) -> JobTable:
+        idx = rng.integers(0, len(self.jobs), size=n)
+        return self._table(np.zeros(n, dtype=np.int64), idx, rng)
+
+    def offered_rate(self, fleet: FleetCapacity) -> float:
+        return len(self.jobs) * self.us_per_tick / self.jobs.span_us
+
+    def mean_duration(self, fleet: FleetCapacity) -> float:
+        return float(self.duration_ticks.mean())

@@ -1,0 +1,1 @@
+"""Sweeps and benchmarks; each module is runnable."""

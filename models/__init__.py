@@ -1,0 +1,1 @@
+"""RLModules: encoders, masked PPO/DQN, BDQ."""

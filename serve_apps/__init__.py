@@ -1,0 +1,1 @@
+"""Decision-service applications for Ray Serve."""
