@@ -151,6 +151,7 @@ class ClusterBranchingEnv(_ClusterEnvBase):
         self.observation_space = observation_space(self.sim, int(sum(self.branch_sizes)))
         self._offsets = np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]])
         self._mask_size = int(sum(self.branch_sizes))
+        self._sizes_arr = np.asarray(self.branch_sizes)
 
     def branch_masks(self) -> list[np.ndarray]:
         """The mask of each branch, in branch order (views into :meth:`action_mask`)."""
@@ -168,31 +169,32 @@ class ClusterBranchingEnv(_ClusterEnvBase):
         return mask
 
     def _apply(self, action) -> tuple[bool, dict[str, Any]]:
-        a = _as_int_vector(action, self.branch_sizes)
+        a = _as_int_vector(action, self._sizes_arr)
         if not self._mask[self._offsets + a].all():
             return True, {"placement_conflicts": 0}
         sim, k, n = self.sim, self.queue_window, self.n_servers
-        jobs = list(sim.window())
+        jobs = sim.window()
+        acts = a.tolist()
         conflicts = 0
-        for slot in range(min(k, len(jobs))):
-            server = int(a[slot])
+        for slot in range(len(jobs)):
+            server = acts[slot]
             if server < n and not sim.place(sim.queue.index(jobs[slot]), server):
                 conflicts += 1
         for tier in range(self.n_tiers):
-            conflicts += not self._power(tier, int(a[k + tier]))
-        sim.set_priority(int(a[-1]))
+            conflicts += not self._power(tier, acts[k + tier])
+        sim.set_priority(acts[-1])
         return False, {"placement_conflicts": conflicts}
 
     def _power(self, tier: int, decision: int) -> bool:
+        if decision == HOLD:
+            return True
         sim = self.sim
         in_tier = sim.fleet.tier == tier
         if decision == SLEEP_ONE:
             idle = np.flatnonzero(in_tier & (sim.power_state == ACTIVE) & (sim.n_running == 0))
             return bool(len(idle)) and sim.toggle(int(idle[-1]))
-        if decision == WAKE_ONE:
-            asleep = np.flatnonzero(in_tier & (sim.power_state == ASLEEP))
-            return bool(len(asleep)) and sim.toggle(int(asleep[0]))
-        return True
+        asleep = np.flatnonzero(in_tier & (sim.power_state == ASLEEP))
+        return bool(len(asleep)) and sim.toggle(int(asleep[0]))
 
 
 def _as_int(action, n: int) -> int:
@@ -208,15 +210,15 @@ def _as_int(action, n: int) -> int:
     return a
 
 
-def _as_int_vector(action, sizes: list[int]) -> np.ndarray:
+def _as_int_vector(action, sizes: np.ndarray) -> np.ndarray:
     arr = np.asarray(action)
     if arr.shape != (len(sizes),) or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(
             f"action must be {len(sizes)} integers (MultiDiscrete), got shape {arr.shape} "
             f"dtype {arr.dtype}"
         )
-    bad = np.flatnonzero((arr < 0) | (arr >= np.asarray(sizes)))
-    if len(bad):
-        b = int(bad[0])
+    out_of_range = (arr < 0) | (arr >= sizes)
+    if out_of_range.any():
+        b = int(out_of_range.argmax())
         raise ValueError(f"action branch {b} = {int(arr[b])} outside [0, {sizes[b]})")
-    return arr.astype(np.int64)
+    return arr

@@ -15,17 +15,22 @@ _FIT_EPS = 1e-9
 
 
 @numba.njit(cache=True)
-def observe(dyn, caps, static, queue_window, flag_scale, tier, n_tiers, window, job_feats,
+def observe(dyn, caps, static, queue_window, flag_scale, tier, n_tiers, queue, job_feats,
             t, time_scale):  # pragma: no cover - compiled
     """Fit matrix, server rows, job rows and per-tier sums for the current tick.
 
     ``dyn`` columns: used_cpu, used_mem, is_active, is_asleep, is_waking,
     wake_left, n_running (see envs.sim.DYN_COLS). Returns
-    ``(fits (m, N) bool, servers (N, F) f32, jobs (K, 7) f32, tier_sums (5, T))``
+    ``(fits (m, N) bool, servers (N, F) f32, jobs (K, 7) f32, tier_sums (5, T),
+    queue_stats (3,))``; ``queue`` is every pending job id, its first
+    ``queue_window`` the visible slots; queue stats are the sum and minimum of
+    arrival ticks and the summed CPU demand of the whole queue, then the
+    fleet's total power draw.
     with tier sums of used_cpu, is_active, is_asleep, is_waking and the count of
     idle active servers.
     """
     n = dyn.shape[0]
+    window = queue[:queue_window]
     m = window.shape[0]
     servers = static.copy()
     tier_sums = np.zeros((5, n_tiers))
@@ -63,7 +68,31 @@ def observe(dyn, caps, static, queue_window, flag_scale, tier, n_tiers, window, 
         jobs[i, 4] = (t - job_feats[j, 3]) / time_scale
         jobs[i, 5] = (job_feats[j, 4] - t) / time_scale
         jobs[i, 6] = 1.0 if any_fit else 0.0
-    return fits, servers, jobs, tier_sums
+    queue_stats = np.zeros(4)  # sum of arrivals, min arrival, sum of CPU demand, total watts
+    for s in range(n):
+        queue_stats[3] += dyn[s, 7]
+    if queue.shape[0]:
+        queue_stats[1] = job_feats[queue[0], 3]
+    for i in range(queue.shape[0]):
+        j = queue[i]
+        queue_stats[0] += job_feats[j, 3]
+        queue_stats[1] = min(queue_stats[1], job_feats[j, 3])
+        queue_stats[2] += job_feats[j, 0]
+    return fits, servers, jobs, tier_sums, queue_stats
+
+
+@numba.njit(cache=True)
+def tick_sums(dyn, cpu_cap):  # pragma: no cover - compiled
+    """(total watts, CPU used on active servers, CPU capacity of active servers)."""
+    watts = 0.0
+    used = 0.0
+    cap = 0.0
+    for s in range(dyn.shape[0]):
+        watts += dyn[s, 7]
+        if dyn[s, 2] > 0.0:
+            used += dyn[s, 0]
+            cap += cpu_cap[s]
+    return watts, used, cap
 
 
 def warm_up() -> None:
@@ -72,4 +101,5 @@ def warm_up() -> None:
     dyn[0, 2] = 1.0
     observe(dyn, np.ones((1, 2)), np.zeros((1, 13), dtype=np.float32), 1, np.ones(5),
             np.zeros(1, dtype=np.int64), 1, np.zeros(1, dtype=np.int64), np.ones((1, 5)),
-            0, 100.0)
+            0.0, 100.0)
+    tick_sums(dyn, np.ones(1))

@@ -88,10 +88,12 @@ class ObservationBuilder:
     def compute(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(fits (m, N), servers rows, job rows, tier sums (5, T)) of the current tick."""
         sim = self.sim
-        window = np.array(sim.window(), dtype=np.int64)
-        return kernels.observe(sim.dyn, self._caps, self._static, sim.cfg.queue_window,
-                               self._flag_scale, self._tier, self._n_tiers, window,
-                               sim.job_feats, float(sim.t), TIME_SCALE)
+        queue = np.array(sim.queue, dtype=np.int64)
+        fits, servers, jobs, tier_sums, queue_stats = kernels.observe(
+            sim.dyn, self._caps, self._static, sim.cfg.queue_window, self._flag_scale,
+            self._tier, self._n_tiers, queue, sim.job_feats, float(sim.t), TIME_SCALE)
+        self._queue_stats = queue_stats
+        return fits, servers, jobs, tier_sums
 
     def assemble(self, servers: np.ndarray, jobs: np.ndarray, tier_sums: np.ndarray,
                  mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -104,21 +106,22 @@ class ObservationBuilder:
         }
 
     def _macro(self, tier_sums: np.ndarray) -> np.ndarray:
+        """Platform aggregates; uses the queue statistics of the latest :meth:`compute`."""
         sim = self.sim
         per_tier = tier_sums[:4] * self._tier_norm
         queue = sim.queue
         t = sim.t
         if queue:
-            arrivals = [sim._arrival[j] for j in queue]
-            q_mean = (t - sum(arrivals) / len(queue)) / TIME_SCALE
-            q_max = (t - min(arrivals)) / TIME_SCALE
-            q_cpu = sum([sim._jcpu[j] for j in queue]) / sim.capacity.total_cpu
+            arrival_sum, arrival_min, cpu_sum, _ = self._queue_stats.tolist()
+            q_mean = (t - arrival_sum / len(queue)) / TIME_SCALE
+            q_max = (t - arrival_min) / TIME_SCALE
+            q_cpu = cpu_sum / sim.capacity.total_cpu
         else:
             q_mean = q_max = q_cpu = 0.0
         phase = ((t + sim.clock_offset) % sim.cfg.diurnal_period) * self._two_pi_over_day
         tail = [
             len(queue) / sim.cfg.queue_capacity, q_mean, q_max, q_cpu, sim.arrival_ema,
-            float(sim.watts.sum()) * self._inv_peak_w,
+            float(self._queue_stats[3]) * self._inv_peak_w,
             float(tier_sums[2].sum()) / self._n_servers,
             sim.violation_ema, math.sin(phase), math.cos(phase), t / sim.cfg.episode_length,
         ]

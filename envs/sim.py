@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from envs import kernels
 from envs.config import SimConfig
 from envs.fleet import Fleet
 from envs.workloads.base import FleetCapacity, JobTable, Workload
@@ -334,11 +335,9 @@ class ClusterSim:
     def advance(self) -> TickOutcome:
         """Draw power for the current tick, then move time forward by one tick."""
         cfg, st = self.cfg, self.stats
-        total_w = float(self.watts.sum())
+        total_w, active_used, active_cap = kernels.tick_sums(self.dyn, self.fleet.cpu_cap)
         energy = total_w * cfg.tick_seconds
-        active = self.dyn[:, D_ACTIVE]
-        active_cap = float(active @ self.fleet.cpu_cap)
-        st.util_sum += float(active @ self.used_cpu) / active_cap if active_cap else 0.0
+        st.util_sum += active_used / active_cap if active_cap else 0.0
         st.energy_j += energy
         st.ticks += 1
         toggles, self._tick_toggles = self._tick_toggles, 0
