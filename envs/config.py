@@ -76,7 +76,6 @@ class SimConfig(_Strict):
                               description="K: pending jobs visible to the policy")
     queue_capacity: int = Field(default=64, ge=1,
                                 description="pending jobs held; arrivals beyond it are dropped")
-    max_running: int = Field(default=4096, ge=1, description="running-job slots preallocated")
     standby_fraction: float = Field(default=0.05, ge=0.0, le=1.0,
                                     description="asleep power as a fraction of P_idle")
     wake_delay: int = Field(default=3, ge=0, description="ticks from wake command to active")

@@ -80,8 +80,9 @@ class ObservationBuilder:
         self._flag_scale = np.array([1.0, 1.0, 1.0, 1.0 / max(1, sim.cfg.wake_delay),
                                      1.0 / RUNNING_SCALE])
         tier_count = fleet.tier_onehot.sum(axis=0)
-        self._tier_norm = 1.0 / np.stack(
-            [fleet.tier_onehot.T @ fleet.cpu_cap, tier_count, tier_count, tier_count], axis=0)
+        den = np.stack([fleet.tier_onehot.T @ fleet.cpu_cap, tier_count, tier_count, tier_count])
+        # a tier with no server (tiny fleets) reports zeros, not NaN
+        self._tier_norm = np.divide(1.0, den, out=np.zeros_like(den), where=den > 0)
         self._inv_peak_w = 1.0 / float(fleet.p_max.sum())
         self._two_pi_over_day = 2.0 * np.pi / sim.cfg.diurnal_period
 

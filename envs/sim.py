@@ -181,7 +181,6 @@ class ClusterSim:
         self.job_latest_start = self.job_deadline - self.job_duration
         self.job_feats = np.stack([self.job_cpu, self.job_mem, self.job_duration,
                                    self.job_arrival, self.job_latest_start], axis=1)
-        self.job_start = np.full(len(self.job_arrival), -1, dtype=np.int64)
         self.job_server = np.full(len(self.job_arrival), -1, dtype=np.int64)
         # Python lists for the scalar hot paths (finish, drop, place).
         self._arrival = self.job_arrival.tolist()
@@ -297,6 +296,8 @@ class ClusterSim:
 
     def toggle(self, server: int) -> bool:
         """Sleep an idle active server, or wake an asleep one. False if infeasible."""
+        if not 0 <= server < self.fleet.n_servers:
+            return False
         state = self.power_state[server]
         if state == ACTIVE and self.n_running[server] == 0:
             self._set_state(server, ASLEEP)
@@ -320,7 +321,6 @@ class ClusterSim:
             self._sort_queue()
 
     def _start(self, j: int, server: int, start_tick: int) -> None:
-        self.job_start[j] = start_tick
         self.job_server[j] = server
         self._server[j] = server
         dyn = self.dyn[server]
@@ -424,7 +424,7 @@ class ClusterSim:
         w = self.priority_level / max(1, self.cfg.priority_levels - 1)
         ids = np.asarray(self._queue)
         key = (1.0 - w) * self.job_arrival[ids] + w * self.job_latest_start[ids]
-        self._queue = ids[np.argsort(key, kind="stable")].tolist()
+        self._queue = ids[np.lexsort((ids, key))].tolist()  # ties: arrival (id) order
 
     @property
     def done(self) -> bool:
