@@ -47,11 +47,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     )
 
     overrides: dict[str, Any] = {"env": _env_overrides(args)}
+    checkpoints = getattr(args, "checkpoint", None) or []
+    if checkpoints:
+        # A checkpoint brings the env it was trained on; flags still override it.
+        from cloudrl.checkpoint_policy import read_meta
+
+        meta = read_meta(checkpoints[0])
+        overrides["env"] = {**meta["env"], **overrides["env"]}
+        overrides.setdefault("interface", meta["interface"])
     for key in ("interface", "split", "n_seeds", "workers"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    if args.policy:
-        overrides["policies"] = args.policy
+    if args.policy or checkpoints:
+        overrides["policies"] = checkpoints + (args.policy or ["all"])
     cfg = load_config(EvalConfig, args.config, overrides)
     results = evaluate(cfg, progress=not args.quiet)
     rows = summary_rows(results)
@@ -63,6 +71,44 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/eval_{wl}_n{n}_{cfg.interface}")
     for path in write_results(results, rows, out, cfg):
         print(f"wrote {path}")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import json
+
+    from cloudrl.ray_utils import init_ray
+    from cloudrl.training import TrainConfig, train
+
+    overrides: dict[str, Any] = {"env": _env_overrides(args)}
+    for key in ("algo", "env_steps", "num_env_runners", "run_seed"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.hparams:
+        try:
+            overrides["hparams"] = json.loads(args.hparams)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--hparams is not valid JSON: {e}") from None
+    if args.out:
+        overrides["checkpoint_dir"] = args.out
+    cfg = load_config(TrainConfig, args.config, overrides)
+    init_ray()
+
+    def report(it: int, m: dict[str, float]) -> None:
+        print(f"iter {it:3d}  env_steps {int(m['env_steps']):7d}  "
+              f"return {m.get('episode_return_mean', float('nan')):9.2f}  "
+              f"energy {m.get('energy_kwh', float('nan')):7.2f} kWh  "
+              f"viol {m.get('sla_violation_rate', float('nan')):.4f}  "
+              f"({m['wall_s']:.0f} s)", flush=True)
+
+    path, _ = train(cfg, on_iteration=report)
+    print(f"checkpoint: {path}")
+    if args.eval_seeds:
+        ns = argparse.Namespace(
+            config=None, workload=None, trace=None, n_servers=None, episode_length=None,
+            interface=None, split="test", n_seeds=args.eval_seeds, workers=None,
+            policy=None, checkpoint=[str(path)], out=None, quiet=False)
+        return _cmd_evaluate(ns)
     return 0
 
 
@@ -85,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_env_args(ev)
     ev.add_argument("--policy", action="append",
                     help="heuristic name or 'all' (repeatable; default all)")
+    ev.add_argument("--checkpoint", action="append",
+                    help="trained checkpoint dir (repeatable); compared with --policy "
+                         "(default: all heuristics)")
     ev.add_argument("--split", choices=("test", "train"), help="seed pool (default test)")
     ev.add_argument("--n-seeds", type=int, help="seeds to run (default 50)")
     ev.add_argument("--workers", type=int, help="worker processes (default 2)")
@@ -99,6 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--interface", choices=("flat", "branching"), default="flat")
     demo.add_argument("--quiet", action="store_true")
     demo.set_defaults(func=_cmd_demo)
+
+    tr = sub.add_parser("train", help="train a masked PPO or DQN policy on the train seeds")
+    _add_env_args(tr)
+    tr.add_argument("--algo", choices=("ppo", "dqn"), help="algorithm (default ppo)")
+    tr.add_argument("--env-steps", type=int, help="env-step budget (default 20000)")
+    tr.add_argument("--num-env-runners", type=int, help="remote env runners (default 0)")
+    tr.add_argument("--run-seed", type=int, help="run seed (default 0)")
+    tr.add_argument("--hparams", help="JSON dict passed to AlgorithmConfig.training()")
+    tr.add_argument("--out", help="checkpoint directory")
+    tr.add_argument("--eval-seeds", type=int, default=0,
+                    help="after training, evaluate on this many test seeds vs the heuristics")
+    tr.set_defaults(func=_cmd_train)
 
     trace_import.register(sub)
     return parser

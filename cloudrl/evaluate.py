@@ -47,8 +47,10 @@ class EvalConfig(BaseModel):
         for name in names:
             if name == "all":
                 expanded.extend(HEURISTICS)
-            elif name in HEURISTICS or Path(name).exists():
+            elif name in HEURISTICS:
                 expanded.append(name)
+            elif Path(name).exists():
+                expanded.append(str(Path(name).resolve()))
             else:
                 raise ValueError(f"unknown policy {name!r}: expected one of "
                                  f"{sorted(HEURISTICS)}, 'all', or a checkpoint path")
@@ -59,10 +61,19 @@ def make_env(env_cfg: EnvConfig, interface: Interface):
     return ClusterSchedulingEnv(env_cfg) if interface == "flat" else ClusterBranchingEnv(env_cfg)
 
 
-def resolve_policy(name: str, interface: Interface) -> Policy:
-    """A heuristic by name (learned checkpoints plug in here)."""
+def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = None) -> Policy:
+    """A heuristic by name, or a trained checkpoint by path (checked against the env)."""
+    from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
     from cloudrl.heuristics import make_heuristic
 
+    if is_checkpoint(name):
+        policy = CheckpointPolicy(name)
+        if policy.interface != interface:
+            raise ValueError(f"checkpoint {name} acts on the {policy.interface} interface, "
+                             f"evaluation asked for {interface}")
+        if env_cfg is not None:
+            policy.check_env(env_cfg)
+        return policy
     return make_heuristic(name, interface)
 
 
@@ -82,7 +93,7 @@ def run_episode(policy: Policy, env, seed: int) -> EpisodeMetrics:
 def _run_chunk(args: tuple[EnvConfig, Interface, str, tuple[int, ...]]) -> list[EpisodeMetrics]:
     env_cfg, interface, name, seeds = args
     env = make_env(env_cfg, interface)
-    policy = resolve_policy(name, interface)
+    policy = resolve_policy(name, interface, env_cfg)
     return [run_episode(policy, env, s) for s in seeds]
 
 
@@ -100,7 +111,7 @@ def evaluate(cfg: EvalConfig, progress: bool = True) -> list[EpisodeMetrics]:
             results.extend(_run_chunk(task))
             bar.update(len(task[3]))
     else:
-        with ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("fork")) as pool:
+        with ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn")) as pool:
             for out in pool.map(_run_chunk, tasks):
                 results.extend(out)
                 bar.update(len(out))

@@ -1,0 +1,162 @@
+"""Training driver: RLlib algorithm configs for the cluster envs, a train loop, checkpoints.
+
+``build_algo_config(cfg)`` returns a plain RLlib ``AlgorithmConfig`` (PPO or
+DQN on the new API stack, with cloudrl's masked RLModules), so anything a
+user knows about RLlib applies. ``train(cfg)`` runs it to an env-step budget
+on the 50 train seeds only and writes a checkpoint that
+``cloudrl evaluate --checkpoint PATH`` runs on the held-out test seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cloudrl.checkpoint_policy import META_FILE
+from cloudrl.protocol import TRAIN_SEEDS
+from envs.env_config import EnvConfig
+from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
+
+Algo = Literal["ppo", "dqn"]
+ALGOS: tuple[str, ...] = ("ppo", "dqn")
+
+
+class TrainConfig(BaseModel):
+    """One training run. ``hparams`` go to ``AlgorithmConfig.training(...)`` verbatim."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algo: Algo = "ppo"
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    env_steps: int = Field(default=20_000, ge=1)
+    num_env_runners: int = Field(default=0, ge=0, description="0 = sample in the driver")
+    envs_per_runner: int = Field(default=1, ge=1)
+    run_seed: int = Field(default=0, ge=0)
+    reward_scale: float = Field(default=0.01, gt=0,
+                                description="rewards are multiplied by this for learning")
+    hidden: int = Field(default=128, ge=8)
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    checkpoint_dir: str | None = None
+
+    def interface(self) -> str:
+        return "flat"
+
+    def train_env_config(self) -> dict[str, Any]:
+        """The env_config RLlib gets: the env config on the train seeds, plus the reward scale."""
+        env = self.env.model_copy(update={"seed_pool": TRAIN_SEEDS})
+        return {**env.model_dump(mode="json"), "reward_scale": self.reward_scale}
+
+
+def _ppo_defaults() -> dict[str, Any]:
+    return {"lr": 3e-4, "gamma": 0.99, "lambda_": 0.95, "train_batch_size_per_learner": 2000,
+            "minibatch_size": 250, "num_epochs": 4, "entropy_coeff": 0.01, "clip_param": 0.2,
+            "vf_loss_coeff": 0.5, "vf_clip_param": 100.0, "grad_clip": 1.0}
+
+
+def _dqn_defaults(env_steps: int) -> dict[str, Any]:
+    return {
+        "lr": 5e-4, "gamma": 0.99, "train_batch_size_per_learner": 64, "double_q": True,
+        "dueling": False, "n_step": 3, "target_network_update_freq": 1000,
+        "num_steps_sampled_before_learning_starts": min(2000, env_steps // 5),
+        "epsilon": [[0, 1.0], [max(1, env_steps // 2), 0.05]],
+        "replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000,
+                                 "alpha": 0.6, "beta": 0.4},
+        "grad_clip": 10.0,
+    }
+
+
+def build_algo_config(cfg: TrainConfig):
+    """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds)."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from cloudrl.callbacks import ClusterMetricsCallback
+    from models.masked_dqn import MaskedDQNTorchRLModule
+    from models.masked_ppo import MaskedPPOTorchRLModule
+
+    register_rllib_envs()
+    if cfg.algo == "ppo":
+        config, module, hp = PPOConfig(), MaskedPPOTorchRLModule, _ppo_defaults()
+    else:
+        config, module, hp = DQNConfig(), MaskedDQNTorchRLModule, _dqn_defaults(cfg.env_steps)
+    hp.update(cfg.hparams)
+    env_id = FLAT_ID if cfg.interface() == "flat" else BRANCHING_ID
+    return (
+        config.api_stack(enable_rl_module_and_learner=True,
+                         enable_env_runner_and_connector_v2=True)
+        .environment(env_id, env_config=cfg.train_env_config())
+        .env_runners(num_env_runners=cfg.num_env_runners,
+                     num_envs_per_env_runner=cfg.envs_per_runner)
+        .training(**hp)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=module, model_config={
+            "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]}))
+        .callbacks(ClusterMetricsCallback)
+        .debugging(seed=cfg.run_seed)
+        .reporting(metrics_num_episodes_for_smoothing=20)
+    )
+
+
+def env_steps_of(result: dict[str, Any]) -> int:
+    """Lifetime sampled env steps from an RLlib result dict."""
+    runners = result.get("env_runners", {})
+    return int(runners.get("num_env_steps_sampled_lifetime",
+                           result.get("num_env_steps_sampled_lifetime", 0)))
+
+
+def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The small metric set cloudrl tracks, from one RLlib result."""
+    runners = result.get("env_runners", {})
+    cluster = runners.get("cluster", {})
+    out = {"env_steps": float(env_steps_of(result)),
+           "episode_return_mean": runners.get("episode_return_mean"),
+           "energy_kwh": cluster.get("energy_kwh"),
+           "sla_violation_rate": cluster.get("sla_violation_rate"),
+           "toggles": cluster.get("toggles"),
+           "invalid_actions": cluster.get("invalid_actions")}
+    learner = result.get("learners", {}).get("default_policy", {})
+    for key in ("total_loss", "policy_loss", "vf_loss", "entropy", "qf_loss"):
+        if key in learner:
+            out[key] = learner[key]
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def write_meta(path: Path, cfg: TrainConfig) -> None:
+    meta = {"algo": cfg.algo, "interface": cfg.interface(),
+            "env": cfg.env.model_dump(mode="json"), "hidden": cfg.hidden,
+            "env_steps": cfg.env_steps, "run_seed": cfg.run_seed}
+    (path / META_FILE).write_text(json.dumps(meta, indent=1))
+
+
+def train(cfg: TrainConfig,
+          on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+          ) -> tuple[Path, list[dict[str, float]]]:
+    """Train to ``cfg.env_steps``; returns (checkpoint dir, per-iteration metrics)."""
+    algo = build_algo_config(cfg).build_algo()
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    try:
+        steps, it = 0, 0
+        while steps < cfg.env_steps:
+            result = algo.train()
+            it += 1
+            metrics = flat_metrics(result)
+            metrics["wall_s"] = time.perf_counter() - start
+            steps = int(metrics["env_steps"])
+            history.append(metrics)
+            if on_iteration:
+                on_iteration(it, metrics)
+        wl = cfg.env.workload.kind
+        out = Path(cfg.checkpoint_dir or
+                   f"results/checkpoints/{cfg.algo}_{wl}_n{cfg.env.sim.fleet.n_servers}"
+                   f"_s{cfg.run_seed}").resolve()
+        algo.save_to_path(str(out))
+        write_meta(out, cfg)
+    finally:
+        algo.stop()
+    return out, history

@@ -1,0 +1,83 @@
+"""Masked PPO RLModule for the flat env (``Discrete(K*N + N + 1)``, Dict observations).
+
+``ClusterEncoder`` -> policy logits head and value head. Every forward pass
+(inference, exploration, train) adds ``clamp(log(mask), min=FLOAT_MIN)`` to the
+logits, so an infeasible action has probability zero under RLlib's
+``TorchCategorical`` and is never sampled, nor is it the argmax.
+
+``model_config`` keys (all optional): ``encoder`` (dict of ``EncoderConfig``
+fields), ``head_hiddens`` (widths of the policy and value heads, default (128,)),
+``vf_share_encoder`` (default True: the value head reads the policy's encoder;
+False builds a separate critic encoder). RLlib's own ``vf_share_layers`` is not
+read: PPOConfig always injects it as False.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.torch_utils import FLOAT_MIN
+
+from models.encoders import (
+    ClusterEncoder,
+    EncoderConfig,
+    feasible_actions,
+    head,
+    model_config_dict,
+)
+
+DEFAULT_HEAD_HIDDENS = (128,)
+
+
+def mask_logits(logits: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``logits + clamp(log(mask), FLOAT_MIN)``: infeasible logits become ~FLOAT_MIN."""
+    return logits + torch.clamp(torch.log(feasible_actions(obs).to(logits.dtype)), min=FLOAT_MIN)
+
+
+class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
+    """Action-masked actor-critic over ``ClusterEncoder`` for PPO on the new API stack."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The algorithm's default catalog (PPOCatalog) cannot build encoders for this Dict
+        # space; this module builds its own networks, so it takes no catalog.
+        kwargs["catalog_class"] = None
+        super().__init__(*args, **kwargs)
+
+    def setup(self) -> None:
+        cfg = model_config_dict(self.model_config)
+        enc_cfg = EncoderConfig.from_model_config(cfg)
+        head_hiddens = tuple(cfg.get("head_hiddens", DEFAULT_HEAD_HIDDENS))
+        self.vf_share_encoder = bool(cfg.get("vf_share_encoder", True))
+        self.encoder = ClusterEncoder(self.observation_space, enc_cfg)
+        self.pi = head(enc_cfg.hidden, head_hiddens, int(self.action_space.n),
+                       enc_cfg.activation, out_std=0.01)
+        self.vf_encoder = None if self.vf_share_encoder else ClusterEncoder(
+            self.observation_space, enc_cfg)
+        self.vf = head(enc_cfg.hidden, head_hiddens, 1, enc_cfg.activation, out_std=1.0)
+
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["vf", "vf_encoder"]
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        obs = batch[Columns.OBS]
+        logits = self.pi(self.encoder(obs))
+        return {Columns.ACTION_DIST_INPUTS: mask_logits(logits, obs)}
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        obs = batch[Columns.OBS]
+        embeddings = self.encoder(obs)
+        out = {Columns.ACTION_DIST_INPUTS: mask_logits(self.pi(embeddings), obs)}
+        if self.vf_share_encoder:
+            out[Columns.EMBEDDINGS] = embeddings
+        return out
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any | None = None) -> torch.Tensor:
+        """V(s) of shape (B,); reuses ``embeddings`` from ``_forward_train`` when shared."""
+        if embeddings is None:
+            encoder = self.encoder if self.vf_encoder is None else self.vf_encoder
+            embeddings = encoder(batch[Columns.OBS])
+        return self.vf(embeddings).squeeze(-1)
