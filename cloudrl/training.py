@@ -36,6 +36,8 @@ class TrainConfig(BaseModel):
     env_steps: int = Field(default=20_000, ge=1)
     num_env_runners: int = Field(default=0, ge=0, description="0 = sample in the driver")
     envs_per_runner: int = Field(default=1, ge=1)
+    num_gpus_per_learner: float = Field(default=0.0, ge=0,
+                                        description="GPU for the (local) learner on a cluster")
     run_seed: int = Field(default=0, ge=0)
     reward_scale: float = Field(default=0.01, gt=0,
                                 description="rewards are multiplied by this for learning")
@@ -93,6 +95,7 @@ def build_algo_config(cfg: TrainConfig):
         .environment(env_id, env_config=cfg.train_env_config())
         .env_runners(num_env_runners=cfg.num_env_runners,
                      num_envs_per_env_runner=cfg.envs_per_runner)
+        .learners(num_gpus_per_learner=cfg.num_gpus_per_learner)
         .training(**hp)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=module, model_config={
             "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]}))
