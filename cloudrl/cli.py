@@ -1,4 +1,4 @@
-"""The ``cloudrl`` command line: evaluate policies, import traces, run the demo job."""
+"""The ``cloudrl`` command line: evaluate, train, sweep and compare policies, import traces."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from cloudrl.training import TrainConfig, train
 
     overrides: dict[str, Any] = {"env": _env_overrides(args)}
-    for key in ("algo", "env_steps", "num_env_runners", "run_seed"):
+    for key in ("algo", "env_steps", "num_env_runners", "run_seed", "num_gpus_per_learner"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.hparams:
@@ -123,6 +123,49 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from cloudrl.sweep import SweepConfig, run_sweep
+
+    overrides: dict[str, Any] = {}
+    for key in ("algos", "workloads", "run_seeds", "n_servers", "episode_length", "env_steps",
+                "eval_seeds", "eval_workers", "experiment", "tracking_uri", "storage_path",
+                "max_concurrent_trials", "name"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    cfg = load_config(SweepConfig, args.config, overrides)
+    out = run_sweep(cfg)
+    print(f"\nsweep {out['sweep_id']}: {len(out['learned'])} trials evaluated on "
+          f"{cfg.eval_seeds} test seeds, {len(out['heuristics'])} heuristic runs")
+    for row in out["learned"]:
+        print(f"  {row['policy']:4s} {row['workload']:15s} seed {row['run_seed']}  "
+              f"env_steps {row['env_steps']:7d}  "
+              f"energy {row['test/energy_kwh_mean']:8.2f} kWh  "
+              f"SLA viol. {100 * row['test/sla_violation_rate_mean']:6.2f}%  "
+              f"checkpoint {row['checkpoint']}")
+    for trial in out["failed"]:
+        print(f"  FAILED trial {trial}", file=sys.stderr)
+    print(f"MLflow: {out['tracking_uri']} experiment {out['experiment']!r}\n"
+          f"compare: cloudrl compare --experiment {out['experiment']} "
+          f"--tracking-uri {out['tracking_uri']}")
+    return 1 if out["failed"] else 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from cloudrl.compare import LEARNED_NOTE, run_compare
+
+    out = run_compare(args.experiment, args.tracking_uri, args.out, args.sweep_id,
+                      log_to_mlflow=not args.no_log)
+    for group, text in out["text"].items():
+        print(f"\n{out['titles'][group]}  (sweep {', '.join(out['sweeps'])})")
+        print(text)
+    print(f"\n{LEARNED_NOTE}")
+    for path in out["paths"]:
+        print(f"wrote {path}")
+    if out["run_id"]:
+        print(f"logged to MLflow run {out['run_id']} ('compare')")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cloudrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,11 +198,44 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--env-steps", type=int, help="env-step budget (default 20000)")
     tr.add_argument("--num-env-runners", type=int, help="remote env runners (default 0)")
     tr.add_argument("--run-seed", type=int, help="run seed (default 0)")
+    tr.add_argument("--num-gpus-per-learner", type=float,
+                    help="GPUs for the learner (cluster; default 0 = CPU)")
     tr.add_argument("--hparams", help="JSON dict passed to AlgorithmConfig.training()")
     tr.add_argument("--out", help="checkpoint directory")
     tr.add_argument("--eval-seeds", type=int, default=0,
                     help="after training, evaluate on this many test seeds vs the heuristics")
     tr.set_defaults(func=_cmd_train)
+
+    sw = sub.add_parser("sweep", help="Ray Tune sweep: algos x run seeds x workloads, "
+                                      "tracked in MLflow, evaluated on the test seeds")
+    sw.add_argument("--config", metavar="YAML",
+                    help="sweep file, e.g. experiments/sweep_small.yaml")
+    sw.add_argument("--algos", nargs="+", choices=("ppo", "dqn"), help="default: ppo dqn")
+    sw.add_argument("--workloads", nargs="+", choices=WORKLOAD_KINDS,
+                    help="default: poisson google_v2_like")
+    sw.add_argument("--run-seeds", nargs="+", type=int, help="training seeds (default 0)")
+    sw.add_argument("--n-servers", type=int, help="fleet size (default 15)")
+    sw.add_argument("--episode-length", type=int, help="ticks per episode (default 1000)")
+    sw.add_argument("--env-steps", type=int, help="env-step budget per trial (default 20000)")
+    sw.add_argument("--eval-seeds", type=int, help="test seeds per evaluation (default 50)")
+    sw.add_argument("--eval-workers", type=int, help="evaluation processes (default 2)")
+    sw.add_argument("--experiment", help="MLflow experiment (default cloudrl-sweep)")
+    sw.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, "
+                                           "else sqlite:///$PWD/mlflow.db)")
+    sw.add_argument("--storage-path", help="Ray Tune storage (default results/tune)")
+    sw.add_argument("--max-concurrent-trials", type=int, help="default 2")
+    sw.add_argument("--name", help="Tune run name / sweep id (default <experiment>-<time>)")
+    sw.set_defaults(func=_cmd_sweep)
+
+    cmp = sub.add_parser("compare", help="table, Pareto plot and learning curves of a sweep, "
+                                         "from MLflow")
+    cmp.add_argument("--experiment", default="cloudrl-sweep", help="MLflow experiment")
+    cmp.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, "
+                                            "else sqlite:///$PWD/mlflow.db)")
+    cmp.add_argument("--sweep-id", help="which sweep (default: the latest; 'all': every run)")
+    cmp.add_argument("--out", default="results/compare", help="output directory")
+    cmp.add_argument("--no-log", action="store_true", help="do not log a 'compare' MLflow run")
+    cmp.set_defaults(func=_cmd_compare)
 
     trace_import.register(sub)
     return parser

@@ -1,0 +1,198 @@
+"""Ray Tune sweep -> MLflow (real SQLite store) -> evaluation -> compare, on a tiny config.
+
+One module-scoped sweep (masked PPO and DQN x 1 run seed x poisson, N=5,
+50-tick episodes, 2 iterations of 64 env steps each, 2 test seeds) feeds the
+tests that read it back with ``mlflow.search_runs`` and ``get_metric_history``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloudrl import tracking
+from cloudrl.config import ConfigError
+from cloudrl.metrics import METRICS
+from cloudrl.protocol import test_seeds as held_out_seeds
+
+STEPS_PER_ITER = 64
+TINY: dict[str, Any] = dict(
+    algos=["ppo", "dqn"], run_seeds=[0], workloads=["poisson"], n_servers=5, episode_length=50,
+    env_steps=2 * STEPS_PER_ITER, hidden=16,
+    hparams={
+        "ppo": {"train_batch_size_per_learner": STEPS_PER_ITER, "minibatch_size": 32,
+                "num_epochs": 1},
+        "dqn": {"train_batch_size_per_learner": 32, "n_step": 1,
+                "num_steps_sampled_before_learning_starts": 32,
+                "target_network_update_freq": 32,
+                "replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer",
+                                         "capacity": 2000, "alpha": 0.6, "beta": 0.4}},
+    },
+    reporting={"min_sample_timesteps_per_iteration": STEPS_PER_ITER},
+    env_runners={"rollout_fragment_length": 32},
+    eval_seeds=2, eval_workers=1, experiment="test-sweep", max_concurrent_trials=2, verbose=0,
+)
+HEURISTIC_NAMES = {"round_robin", "sjf", "ffd", "power_aware"}
+
+
+@pytest.fixture(scope="module")
+def swept(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import mlflow
+
+    from cloudrl.sweep import SweepConfig, run_sweep
+
+    root = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    cfg = SweepConfig(**TINY, storage_path=str(root / "tune"), tracking_uri=uri)
+    out = run_sweep(cfg)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=[cfg.experiment])
+    return {"cfg": cfg, "out": out, "uri": uri, "root": root, "runs": runs,
+            "client": tracking.make_client(uri)}
+
+
+def _kind(runs: Any, kind: str) -> Any:
+    return runs[runs["tags.kind"] == kind]
+
+
+def test_one_finished_run_per_trial_and_heuristic_with_tags(swept: dict[str, Any]) -> None:
+    runs, out = swept["runs"], swept["out"]
+    assert out["failed"] == []
+    learned = _kind(runs, "learned")
+    assert sorted(learned["tags.algo"]) == ["dqn", "ppo"]
+    assert set(learned["tags.workload"]) == {"poisson"}
+    assert set(learned["tags.run_seed"]) == {"0"}
+    assert set(learned["tags.n_servers"]) == {"5"}
+    assert set(learned["tags.sweep_id"]) == {out["sweep_id"]}
+    heur = _kind(runs, "heuristic")
+    assert set(heur["tags.policy"]) == HEURISTIC_NAMES and len(heur) == 4
+    assert set(runs["status"]) == {"FINISHED"}
+    assert len(runs) == 6
+
+
+def test_training_metrics_are_logged_at_env_steps(swept: dict[str, Any]) -> None:
+    from cloudrl.sweep import TRACKED_METRICS
+
+    client = swept["client"]
+    for run_id in _kind(swept["runs"], "learned")["run_id"]:
+        hist = sorted(client.get_metric_history(run_id, "env_steps"), key=lambda m: m.step)
+        # One point per training iteration, x = env steps sampled so far (not 1, 2, ...).
+        assert [m.step for m in hist] == [STEPS_PER_ITER, 2 * STEPS_PER_ITER]
+        assert [m.value for m in hist] == [float(m.step) for m in hist]
+        ret = client.get_metric_history(run_id, "episode_return_mean")
+        assert ret and {m.step for m in ret} <= {STEPS_PER_ITER, 2 * STEPS_PER_ITER}
+        assert all(math.isfinite(m.value) and m.value < 0 for m in ret)
+        keys = set(client.get_run(run_id).data.metrics)
+        assert "training_iteration" not in keys
+        assert keys - {k for k in keys if k.startswith("test/")} <= set(TRACKED_METRICS)
+
+
+def test_every_run_has_test_metrics_and_episode_csv(swept: dict[str, Any]) -> None:
+    from cloudrl.checkpoint_policy import is_checkpoint
+
+    runs, client = swept["runs"], swept["client"]
+    for m in METRICS:
+        for stat in ("mean", "ci95"):
+            assert runs[f"metrics.test/{m}_{stat}"].notna().all(), (m, stat)
+    for _, run in runs.iterrows():
+        csvs = [a.path for a in client.list_artifacts(run["run_id"], "eval")
+                if a.path.endswith(".csv")]
+        assert len(csvs) == 1
+        local = client.download_artifacts(run["run_id"], csvs[0], str(swept["root"] / "dl"))
+        with open(local) as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["seed"]) for r in rows] == list(held_out_seeds(2))
+        mean = sum(float(r["sla_violation_rate"]) for r in rows) / len(rows)
+        assert mean == pytest.approx(run["metrics.test/sla_violation_rate_mean"])
+    for _, run in _kind(runs, "learned").iterrows():
+        assert is_checkpoint(run["tags.checkpoint"])
+        assert run["metrics.test/episode_reward_mean"] < 0
+
+
+def test_heuristic_run_matches_a_direct_evaluation(swept: dict[str, Any]) -> None:
+    from cloudrl.evaluate import EvalConfig, evaluate, summary_rows
+
+    cfg = swept["cfg"]
+    direct = summary_rows(evaluate(EvalConfig(env=cfg.env_config("poisson"),
+                                              policies=["power_aware"], n_seeds=2, workers=1),
+                                   progress=False))[0]
+    heur = _kind(swept["runs"], "heuristic")
+    logged = heur[heur["tags.policy"] == "power_aware"].iloc[0]
+    for m in ("energy_kwh", "sla_violation_rate", "episode_reward"):
+        assert logged[f"metrics.test/{m}_mean"] == pytest.approx(direct[f"{m}_mean"])
+        assert logged[f"metrics.test/{m}_ci95"] == pytest.approx(direct[f"{m}_ci95"])
+
+
+def test_compare_cli_writes_table_plots_and_logs_a_compare_run(
+        swept: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    import mlflow
+
+    from cloudrl.cli import main
+
+    out = swept["root"] / "compare"
+    rc = main(["compare", "--experiment", "test-sweep", "--tracking-uri", swept["uri"],
+               "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    labels = HEURISTIC_NAMES | {"ppo (1 run seed)", "dqn (1 run seed)"}
+    for label in labels:
+        assert label in printed
+    with (out / "comparison.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["policy"] for r in rows} == labels
+    assert {r["kind"] for r in rows} == {"heuristic", "learned"}
+    md = (out / "comparison.md").read_text()
+    assert all(label in md for label in labels) and "| policy |" in md
+    for png in ("pareto.png", "learning_curves.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    cmp = mlflow.search_runs(experiment_names=["test-sweep"],
+                             filter_string="tags.kind = 'compare'")
+    assert len(cmp) == 1
+    logged = {a.path for a in swept["client"].list_artifacts(cmp["run_id"].iloc[0])}
+    assert logged == {"comparison.csv", "comparison.md", "pareto.png", "learning_curves.png"}
+
+
+# -- config and tracking, no Ray ------------------------------------------------------------
+
+def test_tracking_uri_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tracking.ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert tracking.resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    monkeypatch.setenv(tracking.ENV_VAR, "http://mlflow:5000")
+    assert tracking.resolve_tracking_uri() == "http://mlflow:5000"
+    assert tracking.resolve_tracking_uri("sqlite:////x/y.db") == "sqlite:////x/y.db"
+    assert tracking.resolve_tracking_uri("runs.db") == f"sqlite:///{tmp_path.resolve()}/runs.db"
+    with pytest.raises(ConfigError, match="file store"):
+        tracking.resolve_tracking_uri("mlruns")
+
+
+def test_params_are_flattened_and_truncated() -> None:
+    flat = tracking.flatten({"env": {"sim": {"alpha": 1}}, "hparams": {}, "lr": [1, 2]})
+    assert flat == {"env.sim.alpha": 1, "hparams": {}, "lr": [1, 2]}
+    assert len(tracking._param_value("x" * 10_000)) == tracking.MAX_PARAM_VALUE
+
+
+def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    from cloudrl.cli import main
+    from cloudrl.sweep import SweepConfig, check_algo_configs
+
+    assert main(["sweep", "--n-servers", "0", "--eval-seeds", "51"]) == 2
+    err = capsys.readouterr().err
+    assert "n_servers" in err and "eval_seeds" in err
+    with pytest.raises(ValueError, match="workload"):
+        SweepConfig(workloads=["bursty"])
+    with pytest.raises(ValueError, match="reporting"):
+        SweepConfig(reporting={"min_sample_steps": 1})
+    with pytest.raises(ConfigError, match=r"hparams\.ppo"):
+        check_algo_configs(SweepConfig(algos=["ppo"], hparams={"ppo": {"learning_rate": 1}}))
+    # Defaults are validated too: "all" expands to the four heuristics (it once did not).
+    assert set(SweepConfig().heuristics) == HEURISTIC_NAMES
+    cfg = SweepConfig(n_servers=7, episode_length=30, workload_options={"poisson": {"rate": 0.5}})
+    env = cfg.env_config("poisson")
+    assert (env.sim.fleet.n_servers, env.sim.episode_length, env.workload.rate) == (7, 30, 0.5)
+    assert cfg.train_config("dqn", "poisson", 3).run_seed == 3
