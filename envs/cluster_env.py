@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs import kernels
 from envs.env_config import EnvConfig
 from envs.observation import ObservationBuilder, observation_space
 from envs.sim import ACTIVE, ASLEEP, ClusterSim, TickOutcome
@@ -149,28 +150,25 @@ class ClusterBranchingEnv(_ClusterEnvBase):
         self.branch_sizes = [n + 1] * k + [3] * self.n_tiers + [self.levels]
         self.action_space = spaces.MultiDiscrete(self.branch_sizes)
         self.observation_space = observation_space(self.sim, int(sum(self.branch_sizes)))
-        self._offsets = np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]])
+        self._offsets = np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]]).astype(np.int64)
         self._mask_size = int(sum(self.branch_sizes))
-        self._sizes_arr = np.asarray(self.branch_sizes)
+        self._sizes_arr = np.asarray(self.branch_sizes, dtype=np.int64)
 
     def branch_masks(self) -> list[np.ndarray]:
         """The mask of each branch, in branch order (views into :meth:`action_mask`)."""
         return [self._mask[o:o + s] for o, s in zip(self._offsets, self.branch_sizes, strict=True)]
 
     def _mask_from(self, fits: np.ndarray, tier_sums: np.ndarray) -> np.ndarray:
-        k, n = self.queue_window, self.n_servers
-        mask = np.ones(self._mask_size, dtype=bool)
-        slots = mask[: k * (n + 1)].reshape(k, n + 1)
-        slots[:, :n] = False
-        slots[: len(fits), :n] = fits
-        tiers = mask[k * (n + 1): k * (n + 1) + 3 * self.n_tiers].reshape(self.n_tiers, 3)
-        tiers[:, SLEEP_ONE] = tier_sums[4] > 0  # an idle active server in the tier
-        tiers[:, WAKE_ONE] = tier_sums[2] > 0  # an asleep server in the tier
-        return mask
+        return kernels.branching_mask(fits, tier_sums, self.queue_window, self.n_servers,
+                                      self.levels)
 
     def _apply(self, action) -> tuple[bool, dict[str, Any]]:
         a = _as_int_vector(action, self._sizes_arr)
-        if not self._mask[self._offsets + a].all():
+        status = kernels.check_branching(a, self._sizes_arr, self._offsets, self._mask)
+        if status >= 0:
+            raise ValueError(f"action branch {status} = {int(a[status])} outside "
+                             f"[0, {self.branch_sizes[status]})")
+        if status == -2:
             return True, {"placement_conflicts": 0}
         sim, k, n = self.sim, self.queue_window, self.n_servers
         jobs = sim.window()
@@ -211,14 +209,11 @@ def _as_int(action, n: int) -> int:
 
 
 def _as_int_vector(action, sizes: np.ndarray) -> np.ndarray:
+    """The action as an int64 vector of the right length (range is checked by the caller)."""
     arr = np.asarray(action)
-    if arr.shape != (len(sizes),) or not np.issubdtype(arr.dtype, np.integer):
+    if arr.shape != (len(sizes),) or arr.dtype.kind not in "iu":
         raise ValueError(
             f"action must be {len(sizes)} integers (MultiDiscrete), got shape {arr.shape} "
             f"dtype {arr.dtype}"
         )
-    out_of_range = (arr < 0) | (arr >= sizes)
-    if out_of_range.any():
-        b = int(out_of_range.argmax())
-        raise ValueError(f"action branch {b} = {int(arr[b])} outside [0, {sizes[b]})")
-    return arr
+    return arr if arr.dtype == np.int64 else arr.astype(np.int64)

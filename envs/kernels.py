@@ -95,6 +95,41 @@ def tick_sums(dyn, cpu_cap):  # pragma: no cover - compiled
     return watts, used, cap
 
 
+@numba.njit(cache=True)
+def branching_mask(fits, tier_sums, queue_window, n_servers, levels):  # pragma: no cover
+    """Concatenated per-branch masks: K slot branches (N servers + defer), T tier branches
+    (sleep one if an idle active server, hold, wake one if an asleep server), L levels."""
+    n_tiers = tier_sums.shape[1]
+    row = n_servers + 1
+    mask = np.zeros(queue_window * row + 3 * n_tiers + levels, dtype=np.bool_)
+    for k in range(queue_window):
+        if k < fits.shape[0]:
+            for s in range(n_servers):
+                mask[k * row + s] = fits[k, s]
+        mask[k * row + n_servers] = True
+    base = queue_window * row
+    for t in range(n_tiers):
+        mask[base + 3 * t] = tier_sums[4, t] > 0
+        mask[base + 3 * t + 1] = True
+        mask[base + 3 * t + 2] = tier_sums[2, t] > 0
+    for level in range(levels):
+        mask[base + 3 * n_tiers + level] = True
+    return mask
+
+
+@numba.njit(cache=True)
+def check_branching(action, sizes, offsets, mask):  # pragma: no cover - compiled
+    """-1: in space and feasible; -2: in space but a sub-action is masked; b >= 0: branch b
+    is out of range."""
+    for b in range(sizes.shape[0]):
+        if action[b] < 0 or action[b] >= sizes[b]:
+            return b
+    for b in range(sizes.shape[0]):
+        if not mask[offsets[b] + action[b]]:
+            return -2
+    return -1
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) before the first timed step."""
     dyn = np.zeros((1, 9))
@@ -103,3 +138,7 @@ def warm_up() -> None:
             np.zeros(1, dtype=np.int64), 1, np.zeros(1, dtype=np.int64), np.ones((1, 5)),
             0.0, 100.0)
     tick_sums(dyn, np.ones(1))
+    fits = np.ones((1, 1), dtype=np.bool_)
+    mask = branching_mask(fits, np.ones((5, 1)), 1, 1, 1)
+    sizes = np.array([2, 3, 1], dtype=np.int64)
+    check_branching(np.zeros(3, dtype=np.int64), sizes, np.array([0, 2, 5]), mask)
