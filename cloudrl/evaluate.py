@@ -31,7 +31,7 @@ class EvalConfig(BaseModel):
 
     env: EnvConfig = Field(default_factory=EnvConfig)
     interface: Interface = "flat"
-    policies: list[str] = Field(default_factory=lambda: ["all"])
+    policies: list[str] = Field(default_factory=lambda: ["all"], validate_default=True)
     split: Split = "test"
     n_seeds: int = Field(default=N_SEEDS, ge=1, le=N_SEEDS)
     workers: int = Field(default=2, ge=1, le=64)

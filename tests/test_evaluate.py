@@ -55,6 +55,14 @@ def test_evaluate_is_seed_exact_and_parallel_matches_serial():
     assert rows["ffd"]["episodes"] == 2
 
 
+def test_default_policies_expand_to_every_heuristic():
+    from cloudrl.heuristics import HEURISTICS
+
+    assert EvalConfig().policies == list(HEURISTICS)
+    assert EvalConfig(policies=["ffd", "all"]).policies == \
+        ["ffd"] + [h for h in HEURISTICS if h != "ffd"]
+
+
 def test_unknown_policy_names_the_value():
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         _small_eval(policies=["nope"])
