@@ -113,14 +113,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """The README's main job: every heuristic on the held-out test seeds, both workloads."""
-    for workload in ("poisson", "google_v2_like"):
-        ns = argparse.Namespace(
-            config=None, workload=workload, trace=None, n_servers=args.n_servers,
-            episode_length=None, interface=args.interface, split="test", n_seeds=args.n_seeds,
-            workers=args.workers, policy=None, out=None, quiet=args.quiet)
-        _cmd_evaluate(ns)
-    return 0
+    """The README's main job: train a small masked PPO on the train seeds, evaluate it and
+    the four heuristics on the held-out test seeds, log all of it to MLflow, print the table."""
+    overrides: dict[str, Any] = {
+        "algos": ["ppo"], "workloads": [args.workload], "run_seeds": [0],
+        "n_servers": args.n_servers, "env_steps": args.env_steps, "eval_seeds": args.n_seeds,
+        "experiment": args.experiment, "max_concurrent_trials": 1,
+        "hparams": {"ppo": {"train_batch_size_per_learner": 2000, "minibatch_size": 250,
+                            "num_epochs": 4}},
+        "verbose": 0,
+    }
+    if args.tracking_uri:
+        overrides["tracking_uri"] = args.tracking_uri
+    ns = argparse.Namespace(config=None, algos=None, workloads=None, run_seeds=None,
+                            n_servers=None, episode_length=None, env_steps=None,
+                            eval_seeds=None, eval_workers=None, experiment=None,
+                            tracking_uri=None, storage_path=None, max_concurrent_trials=None,
+                            name=None, _overrides=overrides)
+    code = _cmd_sweep(ns)
+    compare = argparse.Namespace(experiment=args.experiment, tracking_uri=args.tracking_uri,
+                                 out=None, sweep_id=None, no_log=False)
+    return code or _cmd_compare(compare)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -132,6 +145,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 "max_concurrent_trials", "name"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    overrides = {**getattr(args, "_overrides", {}), **overrides}
     cfg = load_config(SweepConfig, args.config, overrides)
     out = run_sweep(cfg)
     print(f"\nsweep {out['sweep_id']}: {len(out['learned'])} trials evaluated on "
@@ -184,12 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_evaluate)
 
-    demo = sub.add_parser("demo", help="main job: heuristics on both workloads, N=50")
-    demo.add_argument("--n-servers", type=int, default=50)
-    demo.add_argument("--n-seeds", type=int, default=50)
-    demo.add_argument("--workers", type=int, default=2)
-    demo.add_argument("--interface", choices=("flat", "branching"), default="flat")
-    demo.add_argument("--quiet", action="store_true")
+    demo = sub.add_parser("demo", help="main job: train a small masked PPO, compare it with "
+                          "the heuristics on the test seeds, log to MLflow")
+    demo.add_argument("--workload", choices=WORKLOAD_KINDS[:2], default="poisson")
+    demo.add_argument("--n-servers", type=int, default=15)
+    demo.add_argument("--env-steps", type=int, default=30_000)
+    demo.add_argument("--n-seeds", type=int, default=50, help="test seeds")
+    demo.add_argument("--experiment", default="cloudrl-demo")
+    demo.add_argument("--tracking-uri", help="MLflow URI (default sqlite:///$PWD/mlflow.db)")
     demo.set_defaults(func=_cmd_demo)
 
     tr = sub.add_parser("train", help="train a masked PPO or DQN policy on the train seeds")

@@ -35,7 +35,7 @@ class TrainConfig(BaseModel):
     env: EnvConfig = Field(default_factory=EnvConfig)
     env_steps: int = Field(default=20_000, ge=1)
     num_env_runners: int = Field(default=0, ge=0, description="0 = sample in the driver")
-    envs_per_runner: int = Field(default=1, ge=1)
+    envs_per_runner: int = Field(default=8, ge=1, description="vectorized envs per runner")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
     run_seed: int = Field(default=0, ge=0)
