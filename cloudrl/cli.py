@@ -132,7 +132,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                             name=None, _overrides=overrides)
     code = _cmd_sweep(ns)
     compare = argparse.Namespace(experiment=args.experiment, tracking_uri=args.tracking_uri,
-                                 out=None, sweep_id=None, no_log=False)
+                                 out="results/compare", sweep_id=None, no_log=False)
     return code or _cmd_compare(compare)
 
 
