@@ -15,6 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import FixedWorkload
 
 import envs
 from envs import cluster_env
@@ -33,25 +34,6 @@ TWO_TIERS = [
 
 
 # --------------------------------------------------------------------------- helpers
-class FixedWorkload:
-    """Replays one hand-written job table; warm start must be off."""
-
-    name = "fixed"
-
-    def __init__(self, table: JobTable) -> None:
-        self.table = table
-
-    def generate(self, horizon, rng, fleet):
-        return self.table
-
-    def stationary_sample(self, n, rng, fleet):
-        raise AssertionError("warm start is off in these scenarios")
-
-    def offered_rate(self, fleet):
-        return 0.0
-
-    def mean_duration(self, fleet):
-        return 1.0
 
 
 def jobs(*rows: tuple[int, float, int, int]) -> JobTable:

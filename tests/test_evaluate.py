@@ -17,7 +17,7 @@ from envs.env_config import EnvConfig
 
 
 def test_seed_protocol_is_disjoint_and_offset():
-    assert TRAIN_SEEDS == tuple(range(50))
+    assert tuple(range(50)) == TRAIN_SEEDS
     assert test_seeds() == tuple(range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + 50))
     assert not set(TRAIN_SEEDS) & set(test_seeds())
     assert seeds_for("test", 2) == (1_000_000, 1_000_001)

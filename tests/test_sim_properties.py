@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import FixedWorkload
 
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.config import FleetConfig, SimConfig, TierConfig
@@ -459,25 +460,6 @@ def test_woken_server_is_active_exactly_wake_delay_ticks_later(wake_delay, n_ser
 
 
 # --------------------------------------------------------------------------- exact scenario
-class FixedWorkload:
-    """A workload that replays one hand-written job table (no warm start)."""
-
-    name = "fixed"
-
-    def __init__(self, table: JobTable) -> None:
-        self.table = table
-
-    def generate(self, horizon, rng, fleet):
-        return self.table
-
-    def stationary_sample(self, n, rng, fleet):
-        raise AssertionError("warm start is off in these scenarios")
-
-    def offered_rate(self, fleet):
-        return 0.0
-
-    def mean_duration(self, fleet):
-        return 1.0
 
 
 def test_violation_rate_counts_late_finishes_and_drops_over_ended_jobs():
