@@ -103,3 +103,22 @@ def test_yaml_and_env_overrides_layer(tmp_path):
     assert loaded.n_seeds == 3 and loaded.workers == 1
     with pytest.raises(ConfigError, match="n_seeds"):
         load_config(EvalConfig, None, {"n_seeds": 0}, environ={})
+
+
+def test_cli_trace_import_then_evaluate_replays_the_trace(tmp_path, capsys):
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "google_v2_task_events_sample.csv.gz"
+    npz = tmp_path / "trace.npz"
+    assert main(["trace", "import", str(fixture), "--out", str(npz)]) == 0
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--workload", "trace", "--trace", str(npz), "--policy", "ffd",
+                 "--n-servers", "15", "--n-seeds", "2", "--episode-length", "60",
+                 "--workers", "1", "--out", str(out), "--quiet"]) == 0
+    data = json.loads((tmp_path / "eval.json").read_text())
+    assert data["config"]["env"]["workload"]["path"] == str(npz)
+    assert data["summary"][0]["episodes"] == 2
+    # the fixture's jobs arrive in the window and some of them end
+    assert sum(e["jobs_ended"] for e in data["episodes"]) > 0
+    assert main(["evaluate", "--workload", "trace", "--quiet"]) == 2
+    assert "--trace FILE" in capsys.readouterr().err

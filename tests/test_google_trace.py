@@ -42,12 +42,11 @@ from envs.workloads.google_trace import (
     TraceFileError,
     TraceFormatError,
     TraceJobs,
-    TraceReplayConfig,
-    TraceReplayWorkload,
     load_trace,
     parse_task_events,
     save_trace,
 )
+from envs.workloads.trace_replay import TraceReplayConfig, TraceReplayWorkload
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "task_events_tiny.csv"

@@ -7,13 +7,13 @@ from typing import Annotated, Union
 from pydantic import Field
 
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, Workload
-from envs.workloads.google_trace import TraceReplayConfig, TraceReplayWorkload
 from envs.workloads.synthetic import (
     GoogleV2LikeConfig,
     GoogleV2LikeWorkload,
     PoissonConfig,
     PoissonWorkload,
 )
+from envs.workloads.trace_replay import TraceReplayConfig, TraceReplayWorkload
 
 WorkloadConfig = Annotated[
     Union[PoissonConfig, GoogleV2LikeConfig, TraceReplayConfig],  # noqa: UP007

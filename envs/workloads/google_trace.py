@@ -6,7 +6,7 @@ SUBMIT (first SCHEDULE if none), duration from the SCHEDULE that starts its last
 successful run to that run's FINISH -- never from SUBMIT, so an evicted and
 resubmitted task counts only its final run. Tasks that never finish are excluded
 and counted by reason. :func:`save_trace` / :func:`load_trace` keep the result in
-one compact ``.npz``; :class:`TraceReplayWorkload` replays it as a ``Workload``.
+one compact ``.npz``; ``envs.workloads.trace_replay`` replays it as a ``Workload``.
 
 * Requests come from the SCHEDULE starting the final run; an empty field is filled
   from the nearest other event of the task (earlier first; UPDATE_PENDING/RUNNING
@@ -34,12 +34,9 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
-
-from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
 
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST, UPDATE_PENDING, UPDATE_RUNNING = range(9)
 N_COLUMNS = 13
@@ -356,75 +353,3 @@ def load_trace(path: str | os.PathLike[str]) -> tuple[TraceJobs, ImportReport]:
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise TraceFileError(f"{source}: invalid cloudrl trace file: {err}") from None
     return jobs, report
-
-
-# ----------------------------------------------------------------------- replay
-
-
-class TraceReplayConfig(BaseModel):
-    """Replay of a compact trace file; ``time_scale`` > 1 compresses trace time."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["trace"] = "trace"
-    path: str
-    time_scale: float = Field(default=1.0, gt=0, description="trace seconds are divided by it")
-    deadline: DeadlineConfig = Field(default_factory=DeadlineConfig)
-    max_duration_ticks: int | None = Field(default=None, ge=1, description="clip durations")
-
-
-class TraceReplayWorkload:
-    """Episodes are windows of the trace starting at a seeded offset, wrapping at the end."""
-
-    name = "trace"
-
-    def __init__(self, cfg: TraceReplayConfig, tick_seconds: float) -> None:
-        if not tick_seconds > 0:
-            raise ValueError(f"tick_seconds must be > 0, got {tick_seconds}")
-        self.cfg = cfg
-        self.jobs, self.report = load_trace(cfg.path)
-        if len(self.jobs) == 0:
-            raise ValueError(f"{cfg.path}: the trace holds no finished jobs to replay")
-        self.us_per_tick = tick_seconds * cfg.time_scale * 1e6
-        ticks = np.maximum(np.ceil(self.jobs.duration_us / self.us_per_tick), 1).astype(np.int64)
-        if cfg.max_duration_ticks is not None:
-            ticks = np.minimum(ticks, cfg.max_duration_ticks)
-        self.duration_ticks = ticks
-
-    def _window(self, start_us: int, length_us: float) -> tuple[np.ndarray, np.ndarray]:
-        """Job indices and arrival offsets (us) in ``[start, start + length)``, wrapping."""
-        arrival, span = self.jobs.arrival_us, self.jobs.span_us
-        indices, offsets = [], []
-        copy = 0
-        while copy * span < start_us + length_us:
-            shifted = arrival + (copy * span - start_us)
-            lo, hi = np.searchsorted(shifted, [0, length_us], side="left")
-            indices.append(np.arange(lo, hi))
-            offsets.append(shifted[lo:hi])
-            copy += 1
-        return np.concatenate(indices), np.concatenate(offsets)
-
-    def _table(self, arrival: np.ndarray, idx: np.ndarray, rng: np.random.Generator) -> JobTable:
-        duration = self.duration_ticks[idx]
-        return JobTable(arrival=arrival, cpu=self.jobs.cpu[idx], mem=self.jobs.mem[idx],
-                        duration=duration,
-                        deadline=assign_deadlines(duration, rng, self.cfg.deadline))
-
-    def generate(self, horizon: int, rng: np.random.Generator, fleet: FleetCapacity) -> JobTable:
-        if horizon <= 0:
-            return JobTable.empty()
-        start = int(rng.integers(0, self.jobs.span_us))
-        idx, offset_us = self._window(start, horizon * self.us_per_tick)
-        arrival = np.floor(offset_us / self.us_per_tick).astype(np.int64)
-        return self._table(np.minimum(arrival, horizon - 1), idx, rng)
-
-    def stationary_sample(self, n: int, rng: np.random.Generator,
-                          fleet: FleetCapacity) -> JobTable:
-        idx = rng.integers(0, len(self.jobs), size=n)
-        return self._table(np.zeros(n, dtype=np.int64), idx, rng)
-
-    def offered_rate(self, fleet: FleetCapacity) -> float:
-        return len(self.jobs) * self.us_per_tick / self.jobs.span_us
-
-    def mean_duration(self, fleet: FleetCapacity) -> float:
-        return float(self.duration_ticks.mean())
