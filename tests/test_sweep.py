@@ -33,7 +33,7 @@ TINY: dict[str, Any] = dict(
                                          "capacity": 2000, "alpha": 0.6, "beta": 0.4}},
     },
     reporting={"min_sample_timesteps_per_iteration": STEPS_PER_ITER},
-    env_runners={"rollout_fragment_length": 32},
+    env_runners={"rollout_fragment_length": 32, "num_envs_per_env_runner": 1},
     eval_seeds=2, eval_workers=1, experiment="test-sweep", max_concurrent_trials=2, verbose=0,
 )
 HEURISTIC_NAMES = {"round_robin", "sjf", "ffd", "power_aware"}
