@@ -1,0 +1,234 @@
+"""Branching Dueling Q-Network (BDQ, Tavakoli et al. 2018) as an RLlib RLModule.
+
+For the branching env's ``MultiDiscrete([n_1, ..., n_D])`` action space:
+
+* shared trunk: ``ClusterEncoder`` (macro + micro encoders, fused) -> MLP
+  (``trunk_hiddens``); :meth:`BDQTorchRLModule.representation` exposes its output so an
+  auxiliary (preference) head can attach to it;
+* one state-value head ``V(s)`` and one advantage head ``A_d(s, .)`` per branch d;
+* ``Q_d(s, a) = V(s) + A_d(s, a) - mean_{a' feasible in d} A_d(s, a')``: the mean runs
+  over the branch's FEASIBLE sub-actions only (as the flat masked DQN does), so for every
+  sample and branch ``mean_{a feasible} Q_d(s, a) == V(s)`` (the dueling identity);
+* per-branch masks: ``obs["action_mask"]`` is the concatenation of the branch masks in
+  branch order; a branch whose mask is all zero allows all of its sub-actions.
+
+Q-values come as ONE padded tensor ``(B, D, max_n)``: entry ``[b, d, a]`` for ``a < n_d``
+is ``Q_d(s_b, a)``; infeasible sub-actions and the padding ``a >= n_d`` hold ``FLOAT_MIN``
+(in :meth:`compute_q_values`, :meth:`forward_target` and the next-state outputs of
+:meth:`_forward_train`). Actions are int64 ``(B, D)``; exploration is epsilon-greedy per
+branch (each branch draws its own coin and its random sub-action uniformly among the
+branch's feasible ones), epsilon from the DQNConfig ``epsilon`` schedule.
+
+The trunk gradient of the Q-loss is rescaled by ``1 / (D + 1)`` (the D advantage heads
+plus the value head all back-propagate into it) in ``_forward_train`` via a gradient
+hook on the trunk output that only the Q heads read, so an auxiliary head attached to
+:meth:`representation` keeps its unscaled gradient. ``model_config["scale_trunk_grad"]``
+(default True) turns this off.
+
+``model_config``: ``encoder`` (``EncoderConfig`` fields), ``trunk_hiddens`` (default
+(128,)), ``head_hiddens`` (default (64,)), ``scale_trunk_grad``; from DQNConfig:
+``double_q``, ``epsilon``, ``num_atoms`` (must be 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.utils import make_target_network
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, QNetAPI, TargetNetworkAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.schedules.scheduler import Scheduler
+from ray.rllib.utils.torch_utils import FLOAT_MIN
+from torch import nn
+
+from models.encoders import MASK_KEY, ClusterEncoder, EncoderConfig, head, mlp, model_config_dict
+
+DEFAULT_TRUNK_HIDDENS = (128,)
+DEFAULT_HEAD_HIDDENS = (64,)
+DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
+REPRESENTATION = "representation"
+
+
+def branch_sizes_of(action_space: gym.Space) -> list[int]:
+    """The branch sizes of a ``MultiDiscrete`` (1-D) action space."""
+    if not isinstance(action_space, gym.spaces.MultiDiscrete) or action_space.nvec.ndim != 1:
+        raise ValueError(f"BDQ needs a 1-D MultiDiscrete action space, got {action_space}")
+    return [int(n) for n in action_space.nvec]
+
+
+def branch_feasibility(mask: torch.Tensor | None, sizes: list[int], batch: int,
+                       device: torch.device) -> torch.Tensor:
+    """Bool ``(B, D, max_n)`` from the concatenated mask ``(B, sum n_d)`` (None: all feasible).
+
+    Padding ``a >= n_d`` is False; a branch with no feasible sub-action allows all of them.
+    """
+    max_n = max(sizes)
+    valid = torch.zeros(len(sizes), max_n, dtype=torch.bool, device=device)
+    for d, n in enumerate(sizes):
+        valid[d, :n] = True
+    if mask is None:
+        return valid.expand(batch, -1, -1).clone()
+    parts = torch.split(mask > 0.5, sizes, dim=-1)
+    feasible = torch.zeros(batch, len(sizes), max_n, dtype=torch.bool, device=device)
+    for d, part in enumerate(parts):
+        feasible[:, d, : sizes[d]] = part
+    return feasible | (valid & ~feasible.any(dim=-1, keepdim=True))
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; multiplies the incoming gradient by ``scale`` backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:  # noqa: D102
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
+        return grad * ctx.scale, None
+
+
+class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
+    """Branching dueling Q-network with a target copy, for ``BDQConfig`` (new API stack)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # DQNCatalog cannot build MultiDiscrete heads; the module builds its own networks.
+        kwargs["catalog_class"] = None
+        super().__init__(*args, **kwargs)
+
+    def setup(self) -> None:
+        cfg = model_config_dict(self.model_config)
+        if int(cfg.get("num_atoms", 1)) > 1:
+            raise ValueError("BDQTorchRLModule supports num_atoms=1 only (expected Q)")
+        self.branch_sizes = branch_sizes_of(self.action_space)
+        self.num_branches = len(self.branch_sizes)
+        self.uses_double_q = bool(cfg.get("double_q", True))
+        self.scale_trunk_grad = bool(cfg.get("scale_trunk_grad", True))
+        self.epsilon_schedule = Scheduler(
+            fixed_value_or_schedule=cfg.get("epsilon", DEFAULT_EPSILON), framework="torch")
+        enc_cfg = EncoderConfig.from_model_config(cfg)
+        trunk_hiddens = tuple(cfg.get("trunk_hiddens", DEFAULT_TRUNK_HIDDENS))
+        head_hiddens = tuple(cfg.get("head_hiddens", DEFAULT_HEAD_HIDDENS))
+        self.trunk = nn.Sequential(ClusterEncoder(self.observation_space, enc_cfg),
+                                   mlp(enc_cfg.hidden, trunk_hiddens, enc_cfg.activation))
+        self.representation_dim = trunk_hiddens[-1] if trunk_hiddens else enc_cfg.hidden
+        dim, act = self.representation_dim, enc_cfg.activation
+        self.value_head = head(dim, head_hiddens, 1, act)
+        self.advantage_heads = nn.ModuleList(
+            head(dim, head_hiddens, n, act) for n in self.branch_sizes)
+
+    # -- shared representation ----------------------------------------------------------
+    def representation(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The shared trunk output ``(B, representation_dim)`` of ``batch[obs]``."""
+        return self.trunk(batch[Columns.OBS])
+
+    def feasibility(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-branch feasible sub-actions, bool ``(B, D, max_n)``."""
+        mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+        ref = mask if mask is not None else next(iter(obs.values()))
+        return branch_feasibility(mask, self.branch_sizes, ref.shape[0], ref.device)
+
+    def q_from_representation(self, rep: torch.Tensor, feasible: torch.Tensor,
+                              value_head: nn.Module | None = None,
+                              advantage_heads: nn.ModuleList | None = None) -> torch.Tensor:
+        """Unmasked dueling Q ``(B, D, max_n)`` (padding = 0) from a trunk output."""
+        value_head = self.value_head if value_head is None else value_head
+        advantage_heads = self.advantage_heads if advantage_heads is None else advantage_heads
+        max_n = feasible.shape[-1]
+        adv = torch.stack([nn.functional.pad(h(rep), (0, max_n - n))
+                           for h, n in zip(advantage_heads, self.branch_sizes, strict=True)],
+                          dim=1)
+        weights = feasible.to(adv.dtype)
+        adv_mean = (adv * weights).sum(-1, keepdim=True) / weights.sum(-1, keepdim=True)
+        return (value_head(rep)[:, :, None] + adv - adv_mean) * self._valid(feasible)
+
+    def _valid(self, feasible: torch.Tensor) -> torch.Tensor:
+        sizes = torch.as_tensor(self.branch_sizes, device=feasible.device)
+        return (torch.arange(feasible.shape[-1], device=feasible.device) < sizes[:, None]).to(
+            torch.float32)
+
+    @staticmethod
+    def mask_q(q: torch.Tensor, feasible: torch.Tensor) -> torch.Tensor:
+        """Q with infeasible sub-actions and padding set to ``FLOAT_MIN``."""
+        return q.masked_fill(~feasible, FLOAT_MIN)
+
+    # -- InferenceOnlyAPI / TargetNetworkAPI ----------------------------------------------
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["_target_trunk", "_target_value_head", "_target_advantage_heads"]
+
+    def make_target_networks(self) -> None:
+        self._target_trunk = make_target_network(self.trunk)
+        self._target_value_head = make_target_network(self.value_head)
+        self._target_advantage_heads = make_target_network(self.advantage_heads)
+
+    def get_target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.trunk, self._target_trunk), (self.value_head, self._target_value_head),
+                (self.advantage_heads, self._target_advantage_heads)]
+
+    def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Masked target-network Q ``{"qf_preds": (B, D, max_n)}``."""
+        obs = batch[Columns.OBS]
+        feasible = self.feasibility(obs)
+        with torch.no_grad():
+            q = self.q_from_representation(self._target_trunk(obs), feasible,
+                                           self._target_value_head, self._target_advantage_heads)
+        return {QF_PREDS: self.mask_q(q, feasible)}
+
+    # -- QNetAPI --------------------------------------------------------------------------
+    def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Masked online Q ``{"qf_preds": (B, D, max_n)}``."""
+        obs = batch[Columns.OBS]
+        feasible = self.feasibility(obs)
+        return {QF_PREDS: self.mask_q(self.q_from_representation(self.trunk(obs), feasible),
+                                      feasible)}
+
+    # -- forward passes -------------------------------------------------------------------
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            q = self.compute_q_values(batch)[QF_PREDS]
+        return {Columns.ACTIONS: q.argmax(dim=-1).to(torch.int64)}
+
+    def _forward_exploration(self, batch: dict[str, Any], t: int | None = None,
+                             **kwargs: Any) -> dict[str, Any]:
+        """Per-branch epsilon-greedy; a random sub-action is uniform over the feasible ones."""
+        with torch.no_grad():
+            obs = batch[Columns.OBS]
+            feasible = self.feasibility(obs)
+            q = self.mask_q(self.q_from_representation(self.trunk(obs), feasible), feasible)
+            greedy = q.argmax(dim=-1)
+            if t is not None:
+                self.epsilon_schedule.update(t)
+            epsilon = float(self.epsilon_schedule.get_current_value())
+            flat = feasible.reshape(-1, feasible.shape[-1]).to(torch.float32)
+            random = torch.multinomial(flat, num_samples=1).reshape(greedy.shape)
+            explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+            return {Columns.ACTIONS: torch.where(explore, random, greedy).to(torch.int64)}
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Current Q (unmasked, for the gather at replayed actions), masked next-state Qs."""
+        if self.inference_only:
+            raise RuntimeError("forward_train on an inference-only BDQTorchRLModule")
+        obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
+        feasible, next_feasible = self.feasibility(obs), self.feasibility(next_obs)
+        b = feasible.shape[0]
+        if self.uses_double_q:
+            both = {k: torch.cat([obs[k], next_obs[k]], dim=0) for k in obs}
+            rep_both = self.trunk(both)
+            rep, rep_next = rep_both[:b], rep_both[b:]
+        else:
+            rep, rep_next = self.trunk(obs), None
+        out: dict[str, Any] = {REPRESENTATION: rep}
+        if self.scale_trunk_grad and rep.requires_grad:
+            rep = _ScaleGrad.apply(rep, 1.0 / (self.num_branches + 1))
+            if rep_next is not None:
+                rep_next = _ScaleGrad.apply(rep_next, 1.0 / (self.num_branches + 1))
+        out[QF_PREDS] = self.q_from_representation(rep, feasible)
+        if rep_next is not None:
+            out[QF_NEXT_PREDS] = self.mask_q(self.q_from_representation(rep_next, next_feasible),
+                                             next_feasible)
+        out[QF_TARGET_NEXT_PREDS] = self.forward_target({Columns.OBS: next_obs})[QF_PREDS]
+        return out
