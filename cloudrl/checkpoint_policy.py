@@ -69,7 +69,8 @@ class CheckpointPolicy:
                              f"{asked.fleet.n_servers}")
 
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Per-action scores (masked logits or Q-values) for one observation."""
+        """Per-action scores (masked logits or Q-values) for one observation; for BDQ a
+        (branches, max branch size) array of per-branch Q-values."""
         torch = self._torch
         batch = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)[None]) for k, v in obs.items()}
         with torch.no_grad():
@@ -79,7 +80,25 @@ class CheckpointPolicy:
                 out = self.module.forward_inference({"obs": batch})["action_dist_inputs"]
         return out[0].numpy()
 
-    def act(self, obs: dict[str, np.ndarray]) -> int:
+    def act(self, obs: dict[str, np.ndarray]) -> int | np.ndarray:
         scores = self.scores(obs)
         mask = obs["action_mask"] > 0
-        return int(np.argmax(np.where(mask, scores, -np.inf)))
+        if self.interface == "flat":
+            return int(np.argmax(np.where(mask, scores, -np.inf)))
+        return self._act_branching(scores, mask, obs)
+
+    @staticmethod
+    def _act_branching(scores: np.ndarray, mask: np.ndarray,
+                       obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Per-branch argmax over feasible sub-actions; ``scores`` is (D, max branch size)."""
+        from cloudrl.policy import branch_layout
+
+        k, n, t, levels = branch_layout(obs)
+        sizes = [n + 1] * k + [3] * t + [levels]
+        action = np.empty(len(sizes), dtype=np.int64)
+        offset = 0
+        for d, size in enumerate(sizes):
+            branch_mask = mask[offset:offset + size]
+            action[d] = int(np.argmax(np.where(branch_mask, scores[d, :size], -np.inf)))
+            offset += size
+        return action

@@ -208,9 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tracking-uri", help="MLflow URI (default sqlite:///$PWD/mlflow.db)")
     demo.set_defaults(func=_cmd_demo)
 
-    tr = sub.add_parser("train", help="train a masked PPO or DQN policy on the train seeds")
+    tr = sub.add_parser("train", help="train a masked PPO, DQN (flat) or BDQ (branching) "
+                                      "policy on the train seeds")
     _add_env_args(tr)
-    tr.add_argument("--algo", choices=("ppo", "dqn"), help="algorithm (default ppo)")
+    tr.add_argument("--algo", choices=("ppo", "dqn", "bdq"), help="algorithm (default ppo)")
     tr.add_argument("--env-steps", type=int, help="env-step budget (default 20000)")
     tr.add_argument("--num-env-runners", type=int, help="remote env runners (default 0)")
     tr.add_argument("--run-seed", type=int, help="run seed (default 0)")

@@ -32,7 +32,14 @@ from cloudrl import tracking
 from cloudrl.config import ConfigError, deep_merge
 from cloudrl.metrics import METRICS
 from cloudrl.protocol import N_SEEDS
-from cloudrl.training import Algo, TrainConfig, build_algo_config, flat_metrics, write_meta
+from cloudrl.training import (
+    BRANCHING_ALGOS,
+    Algo,
+    TrainConfig,
+    build_algo_config,
+    flat_metrics,
+    write_meta,
+)
 from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -75,6 +82,18 @@ class SweepConfig(BaseModel):
     cpus_per_trial: float = Field(default=1.0, gt=0)
     tracking_uri: str | None = None
     verbose: int = Field(default=1, ge=0, le=3)
+
+    @field_validator("algos")
+    @classmethod
+    def _flat_algos_only(cls, algos: list[str]) -> list[str]:
+        # Sweeps compare against heuristics on the flat interface; branching-interface
+        # algorithms (BDQ) need heuristics and tables per interface first.
+        branching = [a for a in algos if a in BRANCHING_ALGOS]
+        if branching:
+            raise ValueError(f"{branching} act on the branching interface; sweeps support the "
+                             "flat-interface algorithms ppo and dqn (use `cloudrl train --algo "
+                             "bdq` and `cloudrl evaluate --checkpoint`)")
+        return algos
 
     @field_validator("workloads")
     @classmethod

@@ -22,8 +22,9 @@ from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
-Algo = Literal["ppo", "dqn"]
-ALGOS: tuple[str, ...] = ("ppo", "dqn")
+Algo = Literal["ppo", "dqn", "bdq"]
+ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq")
+BRANCHING_ALGOS = frozenset({"bdq"})
 
 
 class TrainConfig(BaseModel):
@@ -46,7 +47,8 @@ class TrainConfig(BaseModel):
     checkpoint_dir: str | None = None
 
     def interface(self) -> str:
-        return "flat"
+        """BDQ acts on the branching interface; PPO and DQN on the flat one."""
+        return "branching" if self.algo in BRANCHING_ALGOS else "flat"
 
     def train_env_config(self) -> dict[str, Any]:
         """The env_config RLlib gets: the env config on the train seeds, plus the reward scale."""
@@ -72,6 +74,13 @@ def _dqn_defaults(env_steps: int) -> dict[str, Any]:
     }
 
 
+def _bdq_defaults(env_steps: int) -> dict[str, Any]:
+    hp = _dqn_defaults(env_steps)
+    for key in ("double_q", "dueling"):  # BDQ is always dueling with a double-Q target
+        hp.pop(key)
+    return hp
+
+
 def build_algo_config(cfg: TrainConfig):
     """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds)."""
     from ray.rllib.algorithms.dqn import DQNConfig
@@ -79,14 +88,18 @@ def build_algo_config(cfg: TrainConfig):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from cloudrl.callbacks import ClusterMetricsCallback
+    from models.bdq import BDQTorchRLModule
+    from models.bdq_learner import BDQConfig
     from models.masked_dqn import MaskedDQNTorchRLModule
     from models.masked_ppo import MaskedPPOTorchRLModule
 
     register_rllib_envs()
     if cfg.algo == "ppo":
         config, module, hp = PPOConfig(), MaskedPPOTorchRLModule, _ppo_defaults()
-    else:
+    elif cfg.algo == "dqn":
         config, module, hp = DQNConfig(), MaskedDQNTorchRLModule, _dqn_defaults(cfg.env_steps)
+    else:
+        config, module, hp = BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
     hp.update(cfg.hparams)
     env_id = FLAT_ID if cfg.interface() == "flat" else BRANCHING_ID
     return (

@@ -12,6 +12,8 @@ _EXPORTS = {
     "feasible_actions": "models.encoders",
     "MaskedPPOTorchRLModule": "models.masked_ppo",
     "MaskedDQNTorchRLModule": "models.masked_dqn",
+    "BDQTorchRLModule": "models.bdq",
+    "BDQConfig": "models.bdq_learner",
 }
 __all__ = sorted(_EXPORTS)
 

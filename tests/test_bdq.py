@@ -388,3 +388,33 @@ def test_bdq_trains_one_iteration_on_the_branching_cluster_env(
         assert ((actions >= 0) & (actions < np.asarray(env.branch_sizes))).all()
     finally:
         algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_cli_train_bdq_then_evaluate_on_the_branching_interface(tmp_path, capsys):
+    import json
+
+    from cloudrl.checkpoint_policy import CheckpointPolicy
+    from cloudrl.cli import main
+    from cloudrl.sweep import SweepConfig
+    from envs.cluster_env import ClusterBranchingEnv
+
+    hp = {"train_batch_size_per_learner": 16, "n_step": 1,
+          "num_steps_sampled_before_learning_starts": 16, "target_network_update_freq": 16}
+    out = tmp_path / "bdq"
+    assert main(["train", "--algo", "bdq", "--n-servers", "4", "--episode-length", "30",
+                 "--env-steps", "64", "--hparams", json.dumps(hp), "--out", str(out),
+                 "--eval-seeds", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "interface branching" in text and "bdq:bdq" in text and "power_aware" in text
+    policy = CheckpointPolicy(out)
+    assert policy.interface == "branching"
+    env = ClusterBranchingEnv(policy.env_config)
+    obs, _ = env.reset(seed=1_000_000)
+    for _ in range(10):
+        action = policy.act(obs)
+        assert action.shape == (len(env.branch_sizes),)
+        obs, _, _, _, info = env.step(action)
+        assert not info["invalid_action"]
+    with pytest.raises(ValueError, match="branching interface"):
+        SweepConfig(algos=["bdq"])
