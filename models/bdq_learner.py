@@ -32,6 +32,12 @@ What stops stock DQN on a MultiDiscrete space, and the fix here (RLlib unpatched
   ``weights`` per sample), the learner connectors (``(B, D)`` actions batch as-is),
   target-net sync and ``DQN.training_step``'s priority update.
 
+Device replay (``BDQConfig.training(device_replay=True)``): ``BDQ.training_step`` runs
+``cloudrl.bdq_training.device_replay_training_step`` instead (transitions in a
+``DeviceReplayBuffer`` on the learner's device, pre-built tensor batches straight to the
+local learner, priorities from ``BDQTorchLearner.device_td_errors``); the loss then reads
+the per-sample ``discounts`` column instead of ``n_step``.
+
 ``BDQConfig.validate`` rejects what the branching loss does not implement:
 distributional Q, noisy nets, the old API stack; stateful modules fail in the loss.
 """
@@ -41,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.algorithms.dqn.dqn_learner import (
     QF_LOSS_KEY,
@@ -61,11 +68,18 @@ from torch import nn
 from models.bdq import BDQTorchRLModule
 
 BDQ_NAME = "BDQ"
+DISCOUNTS = "discounts"
+DEVICE_REPLAY_STATE = "device_replay_buffer"
 
 
 def bdq_td_errors(fwd_out: dict[str, torch.Tensor], batch: dict[str, Any], gamma: float,
                   double_q: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q_selected (B, D), target y (B,))`` of the branching double-Q loss (y detached)."""
+    """``(q_selected (B, D), target y (B,))`` of the branching double-Q loss (y detached).
+
+    The bootstrap discount is ``batch["discounts"]`` when present (per-sample ``gamma**k``
+    from ``DeviceReplayBuffer``, ``k`` truncated at episode ends), else
+    ``gamma ** batch["n_step"]`` (episode replay), else ``gamma``.
+    """
     actions = batch[Columns.ACTIONS].long()
     q_selected = torch.gather(fwd_out[QF_PREDS], -1, actions[..., None]).squeeze(-1)
     q_target_next = fwd_out[QF_TARGET_NEXT_PREDS]
@@ -75,14 +89,29 @@ def bdq_td_errors(fwd_out: dict[str, torch.Tensor], batch: dict[str, Any], gamma
     else:
         q_next = q_target_next.max(dim=-1).values
     not_done = 1.0 - batch[Columns.TERMINATEDS].float()
-    n_step = batch.get("n_step")
-    discount = gamma ** (n_step.float() if n_step is not None else torch.ones_like(not_done))
+    discounts = batch.get(DISCOUNTS)
+    if discounts is not None:  # per-sample gamma**k from the device replay
+        discount = discounts.float()
+    else:
+        n_step = batch.get("n_step")
+        discount = gamma ** (n_step.float() if n_step is not None
+                             else torch.ones_like(not_done))
     target = batch[Columns.REWARDS].float() + discount * not_done * q_next.mean(dim=-1)
     return q_selected, target.detach()
 
 
 class BDQTorchLearner(DQNTorchLearner):
-    """DQN learner with the branching (shared-target, per-branch error) loss."""
+    """DQN learner with the branching (shared-target, per-branch error) loss.
+
+    With ``config.device_replay`` and a local learner (``num_learners=0``) the per-sample
+    priorities ``sum_d |delta_d|`` stay on the device in ``device_td_errors[module_id]``
+    (read by ``cloudrl.bdq_training``) instead of going through the metrics logger,
+    which would copy them to the host.
+    """
+
+    def build(self) -> None:
+        super().build()
+        self.device_td_errors: dict[str, torch.Tensor] = {}
 
     def compute_loss_for_module(self, *, module_id: str, config: DQNConfig,
                                 batch: dict[str, Any],
@@ -99,8 +128,11 @@ class BDQTorchLearner(DQNTorchLearner):
             per_sample = weights.float() * per_sample
         total_loss = per_sample.mean()
         td_error = (target_b - q_selected).abs().sum(dim=-1).detach()
-        self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error,
-                               reduce="item_series")
+        if getattr(config, "device_replay", False) and config.num_learners == 0:
+            self.device_td_errors[module_id] = td_error
+        else:
+            self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error,
+                                   reduce="item_series")
         self.metrics.log_dict(
             {QF_LOSS_KEY: total_loss, QF_MEAN_KEY: q_selected.mean(),
              QF_MAX_KEY: q_selected.max(), QF_MIN_KEY: q_selected.min(),
@@ -117,6 +149,12 @@ class BDQConfig(DQNConfig):
     ``replay_buffer_config``, ``td_error_loss_fn``, ``target_network_update_freq``,
     ``tau`` ...) keep their meaning. Defaults differ from DQN's: Huber loss, double Q,
     prioritized episode replay. BDQ is always dueling (``dueling`` is ignored).
+
+    ``training(device_replay=True, device_replay_capacity=..., device_replay_checkpoint=...)``
+    swaps the episode replay for ``cloudrl.replay.DeviceReplayBuffer`` on the learner's
+    device (see ``cloudrl.bdq_training``; local learner only, ``num_learners=0``); alpha and
+    beta come from ``replay_buffer_config``, ``n_step`` and ``gamma`` as usual.
+    ``device_replay_checkpoint`` puts the buffer's tensors into the algorithm checkpoint.
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -125,6 +163,23 @@ class BDQConfig(DQNConfig):
         self.td_error_loss_fn = "huber"
         self.replay_buffer_config = {"type": "PrioritizedEpisodeReplayBuffer",
                                      "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
+        self.device_replay = False
+        self.device_replay_capacity = 100_000
+        self.device_replay_checkpoint = False
+
+    def training(self, *, device_replay: bool | None = NotProvided,
+                 device_replay_capacity: int | None = NotProvided,
+                 device_replay_checkpoint: bool | None = NotProvided,
+                 **kwargs: Any) -> BDQConfig:
+        """``DQNConfig.training`` plus the device-replay switches (see the class docstring)."""
+        super().training(**kwargs)
+        if device_replay is not NotProvided:
+            self.device_replay = bool(device_replay)
+        if device_replay_capacity is not NotProvided:
+            self.device_replay_capacity = int(device_replay_capacity)
+        if device_replay_checkpoint is not NotProvided:
+            self.device_replay_checkpoint = bool(device_replay_checkpoint)
+        return self
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         return RLModuleSpec(module_class=BDQTorchRLModule, model_config=self.model_config)
@@ -142,6 +197,10 @@ class BDQConfig(DQNConfig):
             self._value_error("BDQ does not implement noisy nets (noisy must be False)")
         if not (self.enable_rl_module_and_learner and self.enable_env_runner_and_connector_v2):
             self._value_error("BDQ runs on RLlib's new API stack only")
+        if self.device_replay and self.num_learners > 0:
+            self._value_error("device_replay needs the local learner (num_learners=0)")
+        if self.device_replay and self.device_replay_capacity < 1:
+            self._value_error("device_replay_capacity must be >= 1")
 
 
 class BDQ(DQN):
@@ -150,6 +209,32 @@ class BDQ(DQN):
     @classmethod
     def get_default_config(cls) -> BDQConfig:
         return BDQConfig()
+
+    def training_step(self) -> None:
+        """DQN's step, or the device-replay step (``cloudrl.bdq_training``) when configured."""
+        if not self.config.device_replay:
+            return super().training_step()
+        from cloudrl.bdq_training import device_replay_training_step
+
+        return device_replay_training_step(self)
+
+    def get_state(self, components: Any = None, *, not_components: Any = None,
+                  **kwargs: Any) -> dict[str, Any]:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        replay = getattr(self, "device_replay", None)
+        if (self.config.device_replay_checkpoint and replay is not None
+                and self._check_component(DEVICE_REPLAY_STATE, components, not_components)):
+            from cloudrl.bdq_training import buffer_checkpoint_state
+
+            state[DEVICE_REPLAY_STATE] = buffer_checkpoint_state(replay.buffer)
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if DEVICE_REPLAY_STATE in state:
+            from cloudrl.bdq_training import ensure_device_replay
+
+            ensure_device_replay(self).buffer.load_state_dict(state[DEVICE_REPLAY_STATE])
 
 
 def register_bdq() -> None:
