@@ -1,11 +1,15 @@
-"""A trained RLlib checkpoint as a cloudrl Policy (greedy, masked, shielded).
+"""A trained RLlib checkpoint as a cloudrl Policy (masked, shielded).
 
 Loads only the RLModule (``learner_group/learner/rl_module/default_policy``)
 and the ``cloudrl.json`` written next to it by the trainer, which records
 the algorithm, the interface and the env config the policy was trained for.
-``act`` runs ``forward_inference`` on one observation and takes the best
-feasible action; if the module ever proposes an infeasible one (it should
-not: the modules mask), the mask wins.
+``act`` runs the module on one observation. Q-learners (DQN, BDQ) act
+greedily. A PPO policy is stochastic by construction (trained by sampling,
+with an entropy bonus), so by default it samples from its masked action
+distribution with a generator reseeded at every ``reset`` (same episode seed,
+same episode); ``mode="greedy"`` takes the most probable action instead.
+The mask is applied again after the module, so an infeasible action can
+never come out.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 class CheckpointPolicy:
     """Greedy policy of a trained checkpoint; ``name`` is ``<algo>:<checkpoint dir name>``."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, mode: str = "auto", sample_seed: int = 0) -> None:
         import torch
         from ray.rllib.core.rl_module.rl_module import RLModule
 
@@ -46,14 +50,20 @@ class CheckpointPolicy:
         self.meta = read_meta(self.path)
         self.interface = self.meta["interface"]
         self.env_config = EnvConfig.model_validate(self.meta["env"])
+        if mode not in ("auto", "greedy", "sample"):
+            raise ValueError(f"mode must be 'auto', 'greedy' or 'sample', got {mode!r}")
+        self.stochastic = mode == "sample" or (mode == "auto" and self.meta["algo"] == "ppo")
         self.name = f"{self.meta['algo']}:{self.path.name}"
+        self.sample_seed = sample_seed
+        self._rng = np.random.default_rng(sample_seed)
         self.module = RLModule.from_checkpoint(str(self.path / MODULE_SUBDIR))
         self.module.eval()
         self._torch = torch
         torch.set_num_threads(1)
 
     def reset(self) -> None:
-        """Stateless between episodes."""
+        """Reseed the sampling generator: evaluation episodes stay seed-exact."""
+        self._rng = np.random.default_rng(self.sample_seed)
 
     def check_env(self, env_cfg: EnvConfig) -> None:
         """Refuse to run on an env whose spaces differ from the one trained on."""
@@ -84,7 +94,11 @@ class CheckpointPolicy:
         scores = self.scores(obs)
         mask = obs["action_mask"] > 0
         if self.interface == "flat":
-            return int(np.argmax(np.where(mask, scores, -np.inf)))
+            masked = np.where(mask, scores, -np.inf)
+            if not self.stochastic:
+                return int(np.argmax(masked))
+            probs = np.exp(masked - masked.max())
+            return int(self._rng.choice(len(probs), p=probs / probs.sum()))
         return self._act_branching(scores, mask, obs)
 
     @staticmethod

@@ -49,7 +49,7 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "iter   1" in text and "ppo:ppo" in text and "power_aware" in text
 
-    policy = CheckpointPolicy(out)
+    policy = CheckpointPolicy(out, mode="greedy")
     env = ClusterSchedulingEnv(policy.env_config)
     obs, _ = env.reset(seed=1_000_000)
     for _ in range(30):  # greedy, feasible, deterministic
@@ -58,6 +58,26 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
         assert action == policy.act(obs)
         obs, _, _, _, info = env.step(action)
         assert not info["invalid_action"]
+
+    sampler = CheckpointPolicy(out)  # PPO default: sample the masked distribution
+    assert sampler.stochastic and not CheckpointPolicy(out, mode="greedy").stochastic
+
+    def rollout() -> list[int]:
+        obs, _ = env.reset(seed=1_000_001)
+        sampler.reset()
+        actions = []
+        for _ in range(40):
+            a = sampler.act(obs)
+            assert obs["action_mask"][a] == 1.0
+            actions.append(a)
+            obs = env.step(a)[0]
+        return actions
+
+    first = rollout()
+    assert rollout() == first  # reseeded at reset: seed-exact episodes
+    assert len(set(first)) > 1
+    with pytest.raises(ValueError, match="mode"):
+        CheckpointPolicy(out, mode="best")
     with pytest.raises(ValueError, match="n_servers=5"):
         policy.check_env(ClusterSchedulingEnv({"n_servers": 6}).config)
     assert np.isfinite(policy.scores(obs)[obs["action_mask"] > 0]).all()
