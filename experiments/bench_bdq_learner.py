@@ -25,7 +25,9 @@ threads 2, batch 512, ``--seconds 20``:
     bdq replay+update           0.46     2166.4        236
     dqn update                  1.07      934.6        548
 
-A shorter run (``--seconds 8``) gave 0.33 / 0.28 / 1.19 updates/s. BDQ costs ~2x the flat
+A shorter run (``--seconds 8``) gave 0.33 / 0.28 / 1.19 updates/s. On the idle machine
+(2026-11-22 01:26, ``--seconds 8``, torch threads 2) the same rows gave 7.39 / 6.54 /
+10.72 updates/s (135 / 153 / 93 ms per update of 512): contention cost 14x. BDQ costs ~2x the flat
 DQN per update on CPU: both run the shared encoder on 2B (online, obs + next obs) + B
 (target) observations, but BDQ adds a trunk MLP and 13 heads (value + 12 branches, each
 128 hidden) on the online and target passes (4-5x the matmul calls and Adam tensors).

@@ -30,6 +30,14 @@ swung 2-4x between runs. Two runs at n_step=1 (first / second), one at n_step=3:
     n_step=3: add 39k vs 24k/s (1.6x), sample 2.2 vs 65 ms (30x),
               update 0.48 vs 14 ms (30x)
 
+On the idle machine (2026-11-22 01:25, capacity 100k, batch 512, n_step=1):
+
+    threads  add (dev / RLlib)      sample 512 ms (dev / RLlib)   update 512 ms (dev / RLlib)
+    1        181k / 26k/s  (6.9x)   1.49 / 56.5   (37.9x)         0.26 / 14.4  (55.8x)
+    2        300k / 28k/s (10.8x)   1.18 / 64.5   (54.7x)         0.26 / 15.6  (60.1x)
+
+so the >= 50x sample target holds on CPU with 2 torch threads and misses with 1.
+
 The device sample is bound by gathering 512 x 10 kB of observation rows
 (obs + next_obs, ~1 ms for the copy alone on this box) plus a 4-level tree
 descent (~0.6 ms); RLlib's sample returns a list of 1-step episodes that a
