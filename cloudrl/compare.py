@@ -77,18 +77,31 @@ def comparison_rows(df: Any) -> dict[Group, list[dict[str, Any]]]:
 
     order = {name: i for i, name in enumerate(HEURISTICS)}
     out: dict[Group, list[dict[str, Any]]] = {}
+    df = df.copy()
+    # runs logged before interfaces were tagged are flat-interface runs
+    iface = df.get("tags.interface")
+    df["tags.interface"] = "flat" if iface is None else iface.fillna("flat")
     for (workload, n), group in df.groupby(["tags.workload", "tags.n_servers"], sort=True):
         rows = []
         heur = group[group["tags.kind"] == "heuristic"]
-        for name in sorted(heur["tags.policy"].unique(), key=lambda p: order.get(p, 99)):
-            rows.append(_aggregate(heur[heur["tags.policy"] == name], name, "heuristic"))
+        keys = heur[["tags.interface", "tags.policy"]].drop_duplicates().itertuples(index=False)
+        for interface, name in sorted(keys, key=lambda k: (k[0] != "flat", k[0],
+                                                           order.get(k[1], 99))):
+            runs = heur[(heur["tags.policy"] == name) & (heur["tags.interface"] == interface)]
+            rows.append(_aggregate(runs, _label(name, interface), "heuristic"))
         learned = group[group["tags.kind"] == "learned"]
         for algo in sorted(learned["tags.policy"].unique()):
             runs = learned[learned["tags.policy"] == algo]
             label = f"{algo} ({len(runs)} run seed{'s' if len(runs) > 1 else ''})"
-            rows.append(_aggregate(runs, label, "learned"))
+            rows.append(_aggregate(runs, _label(label, runs["tags.interface"].iloc[0]),
+                                   "learned"))
         out[(str(workload), int(n))] = rows
     return out
+
+
+def _label(name: str, interface: str) -> str:
+    """Policies on the branching interface are marked; flat is the default."""
+    return name if interface == "flat" else f"{name} [branching]"
 
 
 def _title(group: Group, df: Any) -> str:

@@ -83,17 +83,9 @@ class SweepConfig(BaseModel):
     tracking_uri: str | None = None
     verbose: int = Field(default=1, ge=0, le=3)
 
-    @field_validator("algos")
-    @classmethod
-    def _flat_algos_only(cls, algos: list[str]) -> list[str]:
-        # Sweeps compare against heuristics on the flat interface; branching-interface
-        # algorithms (BDQ) need heuristics and tables per interface first.
-        branching = [a for a in algos if a in BRANCHING_ALGOS]
-        if branching:
-            raise ValueError(f"{branching} act on the branching interface; sweeps support the "
-                             "flat-interface algorithms ppo and dqn (use `cloudrl train --algo "
-                             "bdq` and `cloudrl evaluate --checkpoint`)")
-        return algos
+    def interfaces(self) -> list[str]:
+        """The action interfaces the sweep's algorithms act on (heuristics run on each)."""
+        return sorted({"branching" if a in BRANCHING_ALGOS else "flat" for a in self.algos})
 
     @field_validator("workloads")
     @classmethod
@@ -237,7 +229,8 @@ class MlflowTrialCallback(Callback):
         algo, workload, seed = _trial_keys(trial.config)
         cfg = self.sweep.train_config(algo, workload, seed)
         tags = {**common_tags(self.sweep, self.sweep_id, workload), "kind": "learned",
-                "policy": algo, "algo": algo, "run_seed": seed, "trial_id": trial.trial_id}
+                "policy": algo, "algo": algo, "run_seed": seed, "trial_id": trial.trial_id,
+                "interface": cfg.interface()}
         run_id = tracking.start_run(self.client, self.experiment_id,
                                     run_name(algo, workload, self.sweep.n_servers, seed), tags)
         tracking.log_params(self.client, run_id, {
@@ -283,24 +276,35 @@ def log_evaluation(client: Any, run_id: str, results: list, out: Path, step: int
 
 def _evaluate_heuristics(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id: str,
                          eval_dir: Path) -> list[dict[str, Any]]:
+    """Each heuristic on each workload and each interface the sweep's algorithms use."""
     from cloudrl.evaluate import EvalConfig, evaluate
 
     rows = []
     for workload in sweep.workloads:
-        cfg = EvalConfig(env=sweep.env_config(workload), policies=sweep.heuristics,
-                         n_seeds=sweep.eval_seeds, workers=sweep.eval_workers)
-        results = evaluate(cfg, progress=sweep.verbose > 0)
-        for name in sweep.heuristics:
-            mine = [r for r in results if r.policy == name]
-            tags = {**common_tags(sweep, sweep_id, workload), "kind": "heuristic",
-                    "policy": name}
-            rn = run_name(name, workload, sweep.n_servers)
-            run_id = tracking.start_run(client, experiment_id, rn, tags)
-            tracking.log_params(client, run_id, {"env": cfg.env.model_dump(mode="json")})
-            metrics = log_evaluation(client, run_id, mine, eval_dir / rn, 0, cfg)
-            tracking.end_run(client, run_id)
-            rows.append({"run_id": run_id, "policy": name, "workload": workload, **metrics})
+        for interface in sweep.interfaces():
+            cfg = EvalConfig(env=sweep.env_config(workload), policies=sweep.heuristics,
+                             interface=interface, n_seeds=sweep.eval_seeds,
+                             workers=sweep.eval_workers)
+            results = evaluate(cfg, progress=sweep.verbose > 0)
+            for name in sweep.heuristics:
+                rows.append(_log_heuristic(sweep, sweep_id, client, experiment_id, eval_dir,
+                                           cfg, name, [r for r in results if r.policy == name]))
     return rows
+
+
+def _log_heuristic(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id: str,
+                   eval_dir: Path, cfg: Any, name: str, results: list) -> dict[str, Any]:
+    workload, interface = cfg.env.workload.kind, cfg.interface
+    tags = {**common_tags(sweep, sweep_id, workload), "kind": "heuristic", "policy": name,
+            "interface": interface}
+    label = name if interface == "flat" else f"{name}-branching"
+    rn = run_name(label, workload, sweep.n_servers)
+    run_id = tracking.start_run(client, experiment_id, rn, tags)
+    tracking.log_params(client, run_id, {"env": cfg.env.model_dump(mode="json")})
+    metrics = log_evaluation(client, run_id, results, eval_dir / rn, 0, cfg)
+    tracking.end_run(client, run_id)
+    return {"run_id": run_id, "policy": name, "workload": workload, "interface": interface,
+            **metrics}
 
 
 def _evaluate_trial(sweep: SweepConfig, result: Any, run_id: str, client: Any,
@@ -309,7 +313,8 @@ def _evaluate_trial(sweep: SweepConfig, result: Any, run_id: str, client: Any,
 
     algo, workload, seed = _trial_keys(result.config)
     ckpt = Path(result.checkpoint.path)
-    cfg = EvalConfig(env=sweep.env_config(workload), policies=[str(ckpt)],
+    interface = sweep.train_config(algo, workload, seed).interface()
+    cfg = EvalConfig(env=sweep.env_config(workload), policies=[str(ckpt)], interface=interface,
                      n_seeds=sweep.eval_seeds, workers=sweep.eval_workers)
     results = evaluate(cfg, progress=sweep.verbose > 0)
     client.set_tag(run_id, "checkpoint", str(ckpt))

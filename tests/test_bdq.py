@@ -416,5 +416,6 @@ def test_cli_train_bdq_then_evaluate_on_the_branching_interface(tmp_path, capsys
         assert action.shape == (len(env.branch_sizes),)
         obs, _, _, _, info = env.step(action)
         assert not info["invalid_action"]
-    with pytest.raises(ValueError, match="branching interface"):
-        SweepConfig(algos=["bdq"])
+    assert SweepConfig(algos=["ppo", "bdq"]).interfaces() == ["branching", "flat"]
+    assert SweepConfig(algos=["bdq"]).train_config("bdq", "poisson", 0).interface() == \
+        "branching"

@@ -196,3 +196,30 @@ def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) 
     env = cfg.env_config("poisson")
     assert (env.sim.fleet.n_servers, env.sim.episode_length, env.workload.rate) == (7, 30, 0.5)
     assert cfg.train_config("dqn", "poisson", 3).run_seed == 3
+
+
+def test_comparison_rows_mark_branching_policies_and_default_old_runs_to_flat():
+    import pandas as pd
+
+    from cloudrl.compare import comparison_rows
+    from cloudrl.metrics import METRICS
+
+    def run(kind: str, policy: str, interface: str | None, energy: float) -> dict[str, Any]:
+        row: dict[str, Any] = {"tags.workload": "poisson", "tags.n_servers": "50",
+                               "tags.kind": kind, "tags.policy": policy,
+                               "tags.interface": interface}
+        for m in METRICS:
+            row[f"metrics.test/{m}_mean"] = energy if m == "energy_kwh" else 0.0
+            row[f"metrics.test/{m}_ci95"] = 0.1
+        return row
+
+    df = pd.DataFrame([run("heuristic", "ffd", None, 160.0),
+                       run("heuristic", "ffd", "branching", 161.0),
+                       run("heuristic", "power_aware", "flat", 120.0),
+                       run("learned", "bdq", "branching", 130.0),
+                       run("learned", "ppo", "flat", 150.0)])
+    (rows,) = comparison_rows(df).values()
+    assert [r["policy"] for r in rows] == [
+        "ffd", "power_aware", "ffd [branching]", "bdq (1 run seed) [branching]",
+        "ppo (1 run seed)"]
+    assert [r["energy_kwh_mean"] for r in rows] == [160.0, 120.0, 161.0, 130.0, 150.0]
