@@ -299,36 +299,47 @@ class ToyBranchingBandit(gym.Env):
         return self._obs(), reward, True, False, {}
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_bdq_learns_the_optimum_of_a_toy_branching_bandit() -> None:
-    config = (
+def bandit_config(**training: Any) -> BDQConfig:
+    """A small BDQ on :class:`ToyBranchingBandit`; ``training`` adds to the defaults."""
+    return (
         BDQConfig()
         .environment(ToyBranchingBandit)
         .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=8)
         .reporting(min_sample_timesteps_per_iteration=256)
         .training(n_step=1, lr=2e-3, gamma=0.0, train_batch_size_per_learner=64,
                   num_steps_sampled_before_learning_starts=128, target_network_update_freq=100,
-                  epsilon=[(0, 1.0), (1500, 0.05)],
-                  replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
-                                        "capacity": 5000, "alpha": 0.6, "beta": 0.4})
+                  epsilon=[(0, 1.0), (1500, 0.05)], **training)
         .rl_module(model_config={"encoder": {"hidden": 32, "macro_hiddens": [32],
                                              "row_hiddens": [8]},
                                  "trunk_hiddens": [32], "head_hiddens": [32]})
         .debugging(seed=0)
     )
-    algo = config.build_algo()
+
+
+def train_until_optimal(algo: Any, max_iterations: int = 16) -> int:
+    """Train until the greedy action is the bandit's optimum in both contexts; returns the
+    env steps used and asserts the optimum was reached within 4096 steps."""
     env = ToyBranchingBandit()
     obs = {k: torch.as_tensor(np.stack([v, v])) for k, v in env._obs().items()}
     obs["macro"] = torch.eye(2)
+    for _ in range(max_iterations):  # 256 env steps per iteration
+        result = algo.train()
+        greedy = algo.get_module().forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
+        if np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS):
+            break
+    steps = result[ENV_RUNNER_RESULTS]["num_env_steps_sampled_lifetime"]
+    assert np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS), (steps, greedy)
+    assert steps <= 4096
+    return steps
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_bdq_learns_the_optimum_of_a_toy_branching_bandit() -> None:
+    algo = bandit_config(replay_buffer_config={
+        "type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000, "alpha": 0.6,
+        "beta": 0.4}).build_algo()
     try:
-        for _ in range(16):  # <= 4096 env steps; the optimum is usually reached by ~1000
-            result = algo.train()
-            greedy = algo.get_module().forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
-            if np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS):
-                break
-        steps = result[ENV_RUNNER_RESULTS]["num_env_steps_sampled_lifetime"]
-        assert np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS), (steps, greedy)
-        assert steps <= 4096
+        train_until_optimal(algo)  # the optimum is usually reached by ~1000 env steps
     finally:
         algo.stop()
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.core.columns import Columns
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
@@ -20,11 +18,12 @@ from cloudrl.bdq_training import EpisodeStreams
 from envs.registration import BRANCHING_ID, register_rllib_envs
 from models.bdq_learner import BDQConfig, BDQTorchLearner, bdq_td_errors
 from tests.test_bdq import (
-    BEST_SUB_ACTIONS,
     TINY_MODEL,
     ToyBranchingBandit,
+    bandit_config,
     hand_batch,
     stub_learner,
+    train_until_optimal,
 )
 
 ENV_CONFIG = {"n_servers": 4, "sim": {"episode_length": 30}, "seed_pool": [0, 1, 2]}
@@ -106,33 +105,9 @@ def test_device_replay_iteration_on_the_branching_cluster_env() -> None:
 
 @pytest.mark.usefixtures("ray_session")
 def test_device_replay_bdq_learns_the_optimum_of_a_toy_branching_bandit() -> None:
-    config = (
-        BDQConfig()
-        .environment(ToyBranchingBandit)
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=8)
-        .reporting(min_sample_timesteps_per_iteration=256)
-        .training(device_replay=True, device_replay_capacity=5000, n_step=1, lr=2e-3,
-                  gamma=0.0, train_batch_size_per_learner=64,
-                  num_steps_sampled_before_learning_starts=128, target_network_update_freq=100,
-                  epsilon=[(0, 1.0), (1500, 0.05)])
-        .rl_module(model_config={"encoder": {"hidden": 32, "macro_hiddens": [32],
-                                             "row_hiddens": [8]},
-                                 "trunk_hiddens": [32], "head_hiddens": [32]})
-        .debugging(seed=0)
-    )
-    algo = config.build_algo()
-    env = ToyBranchingBandit()
-    obs = {k: torch.as_tensor(np.stack([v, v])) for k, v in env._obs().items()}
-    obs["macro"] = torch.eye(2)
+    algo = bandit_config(device_replay=True, device_replay_capacity=5000).build_algo()
     try:
-        for _ in range(16):  # <= 4096 env steps
-            result = algo.train()
-            greedy = algo.get_module().forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
-            if np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS):
-                break
-        steps = result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
-        assert np.array_equal(greedy.numpy(), BEST_SUB_ACTIONS), (steps, greedy)
-        assert steps <= 4096
+        steps = train_until_optimal(algo)
         # 1-step bandit episodes: every sampled step is stored at once.
         assert len(algo.device_replay.buffer) == min(steps, 5000)
     finally:
