@@ -25,7 +25,6 @@ do not enter the SLA, slowdown or wait statistics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -39,25 +38,10 @@ DYN_COLS = ("used_cpu", "used_mem", "is_active", "is_asleep", "is_waking", "wake
             "n_running", "watts", "toggleable")
 (D_USED_CPU, D_USED_MEM, D_ACTIVE, D_ASLEEP, D_WAKING, D_WAKE_LEFT, D_N_RUNNING,
  D_WATTS, D_TOGGLEABLE) = range(len(DYN_COLS))
-JOB_FEATS = ("cpu", "mem", "duration", "arrival", "latest_start")
+JOB_FEATS = ("cpu", "mem", "duration", "arrival", "latest_start")  # columns of job_feats
 _STATE_FLAG = {ACTIVE: D_ACTIVE, ASLEEP: D_ASLEEP, WAKING: D_WAKING}
 _FIT_EPS = 1e-9
 _EMA = 0.05  # smoothing of the arrival-rate and violation estimates in the observation
-
-
-class View(NamedTuple):
-    """Read-only quantities of the current tick, computed once and shared by mask and features.
-
-    ``free`` is (N, 2) free CPU and memory; ``window`` the job ids of the visible
-    queue slots; ``window_feats`` their JOB_FEATS rows; ``fits`` (len(window), N)
-    whether each visible job fits each server now (active, CPU and memory).
-    """
-
-    free: np.ndarray
-    active: np.ndarray
-    window: np.ndarray
-    window_feats: np.ndarray
-    fits: np.ndarray
 
 
 @dataclass
@@ -139,7 +123,6 @@ class ClusterSim:
         self.dyn[:, D_WATTS] = self.fleet.p_idle
         self._n_waking = 0
         self._tick_toggles = 0
-        self._view: View | None = None
         self.priority_level = 0
         n_asleep = int(round(self.cfg.fleet.initially_asleep * n))
         for s in range(n - n_asleep, n):
@@ -222,23 +205,20 @@ class ClusterSim:
     def free_mem(self) -> np.ndarray:
         return self.fleet.mem_cap - self.used_mem
 
-    def view(self) -> View:
-        """The current tick's shared read-only quantities (cached until the state changes)."""
-        if self._view is None:
-            free = self._caps - self.dyn[:, D_USED_CPU:D_USED_MEM + 1]
-            active = self.power_state == ACTIVE
-            window = np.array(self._queue[: self.cfg.queue_window], dtype=np.int64)
-            feats = self.job_feats[window]
-            fits = (feats[:, 0:1] <= free[:, 0] + _FIT_EPS) & \
-                (feats[:, 1:2] <= free[:, 1] + _FIT_EPS) & active
-            self._view = View(free, active, window, feats, fits)
-        return self._view
-
     def placement_mask(self) -> np.ndarray:
-        """(K, N) bool: slot k's job fits on server n now (server active, CPU and memory)."""
-        fits = self.view().fits
+        """(K, N) bool: slot k's job fits on server n now (server active, CPU and memory).
+
+        The env's hot path computes the same rule in ``envs.kernels.observe``; this is the
+        plain numpy form for callers outside a step (tests, tools)."""
         mask = np.zeros((self.cfg.queue_window, self.fleet.n_servers), dtype=bool)
-        mask[: len(fits)] = fits
+        window = self.window()
+        if window:
+            ids = np.asarray(window)
+            mask[: len(ids)] = (
+                (self.job_cpu[ids, None] <= self.free_cpu()[None, :] + _FIT_EPS)
+                & (self.job_mem[ids, None] <= self.free_mem()[None, :] + _FIT_EPS)
+                & (self.power_state == ACTIVE)[None, :]
+            )
         return mask
 
     def toggle_mask(self) -> np.ndarray:
@@ -251,7 +231,6 @@ class ClusterSim:
 
     def _refresh_server(self, s: int) -> None:
         """Recompute server ``s``'s power draw and toggleability after any change to it."""
-        self._view = None
         state = self.power_state[s]
         dyn = self.dyn[s]
         if state == ACTIVE:
@@ -344,7 +323,6 @@ class ClusterSim:
         st.toggles += toggles
 
         self.t += 1
-        self._view = None
         finished, late = self._finish_jobs()
         if self._n_waking:
             for srv in np.flatnonzero(self.power_state == WAKING).tolist():
@@ -418,7 +396,6 @@ class ClusterSim:
         return dropped
 
     def _sort_queue(self) -> None:
-        self._view = None
         if len(self._queue) < 2:
             return
         w = self.priority_level / max(1, self.cfg.priority_levels - 1)
