@@ -95,10 +95,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     init_ray()
 
     def report(it: int, m: dict[str, float]) -> None:
-        print(f"iter {it:3d}  env_steps {int(m['env_steps']):7d}  "
-              f"return {m.get('episode_return_mean', float('nan')):9.2f}  "
-              f"energy {m.get('energy_kwh', float('nan')):7.2f} kWh  "
-              f"viol {m.get('sla_violation_rate', float('nan')):.4f}  "
+        if "episode_return_mean" in m:
+            episodes = (f"return {m['episode_return_mean']:9.2f}  "
+                        f"energy {m.get('energy_kwh', float('nan')):7.2f} kWh  "
+                        f"viol {m.get('sla_violation_rate', float('nan')):.4f}")
+        else:
+            episodes = "(no episode ended this iteration)"
+        print(f"iter {it:3d}  env_steps {int(m['env_steps']):7d}  {episodes}  "
               f"({m['wall_s']:.0f} s)", flush=True)
 
     path, _ = train(cfg, on_iteration=report)

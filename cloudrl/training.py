@@ -10,6 +10,7 @@ on the 50 train seeds only and writes a checkpoint that
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,7 +127,12 @@ def env_steps_of(result: dict[str, Any]) -> int:
 
 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The small metric set cloudrl tracks, from one RLlib result."""
+    """The small metric set cloudrl tracks, from one RLlib result.
+
+    Episode metrics are absent (not NaN) on an iteration in which no episode ended:
+    RLlib's DQN-family results carry NaN there (1000-tick episodes end every few
+    iterations), and a NaN would show up as a gap or a bogus point in MLflow.
+    """
     runners = result.get("env_runners", {})
     cluster = runners.get("cluster", {})
     out = {"env_steps": float(env_steps_of(result)),
@@ -139,7 +145,7 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     for key in ("total_loss", "policy_loss", "vf_loss", "entropy", "qf_loss"):
         if key in learner:
             out[key] = learner[key]
-    return {k: float(v) for k, v in out.items() if v is not None}
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
 def write_meta(path: Path, cfg: TrainConfig) -> None:

@@ -35,6 +35,14 @@ def test_flat_metrics_reads_the_small_key_set():
                                     "policy_loss": 0.1}
 
 
+def test_flat_metrics_drops_episode_metrics_of_an_iteration_without_episode_ends():
+    nan = float("nan")
+    result = {"env_runners": {"num_env_steps_sampled_lifetime": 2016, "episode_return_mean": nan,
+                              "cluster": {"energy_kwh": nan, "sla_violation_rate": nan}},
+              "learners": {"default_policy": {"qf_loss": 0.5}}}
+    assert flat_metrics(result) == {"env_steps": 2016.0, "qf_loss": 0.5}
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     out = tmp_path / "ppo"
