@@ -81,25 +81,35 @@ class CheckpointPolicy:
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Per-action scores (masked logits or Q-values) for one observation; for BDQ a
         (branches, max branch size) array of per-branch Q-values."""
+        return self.scores_batch([obs])[0]
+
+    def scores_batch(self, observations: list[dict[str, np.ndarray]]) -> np.ndarray:
+        """:meth:`scores` of many observations in one forward pass (leading batch axis)."""
         torch = self._torch
-        batch = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)[None]) for k, v in obs.items()}
+        batch = {k: torch.from_numpy(np.stack([np.asarray(o[k], dtype=np.float32)
+                                               for o in observations]))
+                 for k in observations[0]}
         with torch.no_grad():
             if hasattr(self.module, "compute_q_values"):
                 out = self.module.compute_q_values({"obs": batch})["qf_preds"]
             else:
                 out = self.module.forward_inference({"obs": batch})["action_dist_inputs"]
-        return out[0].numpy()
+        return out.numpy()
+
+    def greedy_action(self, scores: np.ndarray, obs: dict[str, np.ndarray]) -> int | np.ndarray:
+        """The best feasible action under ``scores`` (one row of :meth:`scores_batch`)."""
+        mask = obs["action_mask"] > 0
+        if self.interface == "flat":
+            return int(np.argmax(np.where(mask, scores, -np.inf)))
+        return self._act_branching(scores, mask, obs)
 
     def act(self, obs: dict[str, np.ndarray]) -> int | np.ndarray:
         scores = self.scores(obs)
-        mask = obs["action_mask"] > 0
-        if self.interface == "flat":
-            masked = np.where(mask, scores, -np.inf)
-            if not self.stochastic:
-                return int(np.argmax(masked))
-            probs = np.exp(masked - masked.max())
-            return int(self._rng.choice(len(probs), p=probs / probs.sum()))
-        return self._act_branching(scores, mask, obs)
+        if self.interface != "flat" or not self.stochastic:
+            return self.greedy_action(scores, obs)
+        masked = np.where(obs["action_mask"] > 0, scores, -np.inf)
+        probs = np.exp(masked - masked.max())
+        return int(self._rng.choice(len(probs), p=probs / probs.sum()))
 
     @staticmethod
     def _act_branching(scores: np.ndarray, mask: np.ndarray,

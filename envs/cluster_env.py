@@ -34,6 +34,7 @@ from envs import kernels
 from envs.env_config import EnvConfig
 from envs.observation import ObservationBuilder, observation_space
 from envs.sim import ACTIVE, ASLEEP, ClusterSim, TickOutcome
+from envs.snapshot import ClusterSnapshot
 from envs.workloads import make_workload
 
 SLEEP_ONE, HOLD, WAKE_ONE = 0, 1, 2
@@ -78,6 +79,15 @@ class _ClusterEnvBase(gym.Env):
         fits, servers, jobs, tier_sums = self.obs_builder.compute()
         self._mask = self._mask_from(fits, tier_sums)
         return self.obs_builder.assemble(servers, jobs, tier_sums, self._mask)
+
+    def observe_snapshot(self, snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
+        """Load an observed cluster state and return its observation (mask included).
+
+        The decision service's path: the same observation builder and mask code as
+        :meth:`step`. The env is then in that state until the next :meth:`reset`.
+        """
+        self.sim.load_snapshot(snapshot)
+        return self._observe()
 
     def mask(self) -> np.ndarray:
         """The action mask of the current state (the same one the observation carries)."""

@@ -31,6 +31,7 @@ import numpy as np
 from envs import kernels
 from envs.config import SimConfig
 from envs.fleet import Fleet
+from envs.snapshot import ClusterSnapshot
 from envs.workloads.base import FleetCapacity, JobTable, Workload
 
 ACTIVE, ASLEEP, WAKING = 0, 1, 2
@@ -156,11 +157,22 @@ class ClusterSim:
                         dur[order], pool.deadline[pick][order])
 
     def _load_jobs(self, warm: JobTable, jobs: JobTable) -> None:
-        self.job_arrival = np.concatenate([warm.arrival, jobs.arrival]).astype(np.int64)
-        self.job_cpu = np.concatenate([warm.cpu, jobs.cpu])
-        self.job_mem = np.concatenate([warm.mem, jobs.mem])
-        self.job_duration = np.concatenate([warm.duration, jobs.duration]).astype(np.int64)
-        self.job_deadline = self.job_arrival + np.concatenate([warm.deadline, jobs.deadline])
+        arrival = np.concatenate([warm.arrival, jobs.arrival]).astype(np.int64)
+        self._set_job_arrays(arrival, np.concatenate([warm.cpu, jobs.cpu]),
+                             np.concatenate([warm.mem, jobs.mem]),
+                             np.concatenate([warm.duration, jobs.duration]),
+                             arrival + np.concatenate([warm.deadline, jobs.deadline]))
+        self.n_warm = len(warm)
+        self.clock_offset = jobs.clock_offset
+
+    def _set_job_arrays(self, arrival: np.ndarray, cpu: np.ndarray, mem: np.ndarray,
+                        duration: np.ndarray, deadline: np.ndarray) -> None:
+        """Job columns (absolute arrival and deadline ticks) and their scalar copies."""
+        self.job_arrival = np.asarray(arrival, dtype=np.int64)
+        self.job_cpu = np.asarray(cpu, dtype=np.float64)
+        self.job_mem = np.asarray(mem, dtype=np.float64)
+        self.job_duration = np.asarray(duration, dtype=np.int64)
+        self.job_deadline = np.asarray(deadline, dtype=np.int64)
         self.job_latest_start = self.job_deadline - self.job_duration
         self.job_feats = np.stack([self.job_cpu, self.job_mem, self.job_duration,
                                    self.job_arrival, self.job_latest_start], axis=1)
@@ -172,8 +184,6 @@ class ClusterSim:
         self._jcpu = self.job_cpu.tolist()
         self._jmem = self.job_mem.tolist()
         self._server = [-1] * len(self._arrival)
-        self.n_warm = len(warm)
-        self.clock_offset = jobs.clock_offset
 
     def _place_warm(self, n_warm: int) -> None:
         """First-fit-decreasing of pre-loaded jobs on active servers, up to 90% full."""
@@ -188,6 +198,41 @@ class ClusterSim:
             if len(hit):
                 self._start(int(j), int(hit[0]), start_tick=int(self.job_arrival[j]))
                 self.stats.preloaded += 1
+
+    def load_snapshot(self, snap: ClusterSnapshot) -> None:
+        """Replace the state with an externally observed one (the decision service's path).
+
+        The snapshot's servers get their power state, wake countdown, usage and job count;
+        its pending jobs become the queue, in the given order. Running jobs are known only
+        through usage and counts, so the loaded state is for observing, not for
+        :meth:`advance` (nothing would ever finish); :meth:`reset` starts a normal episode.
+        """
+        n = self.fleet.n_servers
+        snap.check(n)
+        self.t = int(snap.tick)
+        self.dyn[:] = 0.0
+        self.used_cpu[:] = snap.used_cpu
+        self.used_mem[:] = snap.used_mem
+        self.n_running[:] = snap.n_running
+        self.wake_left[:] = np.where(snap.power_state == WAKING, snap.wake_left, 0)
+        self.power_state[:] = snap.power_state
+        for state, col in _STATE_FLAG.items():
+            self.dyn[:, col] = snap.power_state == state
+        self._n_waking = int(np.sum(snap.power_state == WAKING))
+        for s in range(n):
+            self._refresh_server(s)
+        self._tick_toggles = 0
+        self.priority_level = int(snap.priority_level)
+        self.arrival_ema = float(snap.arrival_rate)
+        self.violation_ema = float(snap.violation_rate)
+        self.stats = EpisodeStats()
+        self._finish_at = {}
+        self._set_job_arrays(self.t - snap.job_age, snap.job_cpu, snap.job_mem,
+                             snap.job_duration, self.t + snap.job_deadline)
+        self.n_warm = 0
+        self.clock_offset = int(snap.clock_offset)
+        self._queue = list(range(len(snap.job_age)))
+        self._next_arrival = len(snap.job_age)
 
     # ------------------------------------------------------------------ queries
     @property

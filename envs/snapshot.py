@@ -1,0 +1,73 @@
+"""ClusterSnapshot: an observed cluster state in simulator units, loadable into a ClusterSim.
+
+The decision service receives the live cluster's state (servers, pending jobs) and
+must build the observation and mask exactly as the env does. It does so by
+loading a snapshot into the env's own simulator (``ClusterSim.load_snapshot``)
+and calling the env's observation path; nothing is re-implemented.
+``snapshot_of(sim)`` goes the other way (a running simulation's state as a
+snapshot), which tests and clients use to drive the service from the simulator.
+
+Units are the simulator's: CPU and memory in largest-machine units, times in ticks.
+Job ``deadline`` counts ticks from now; ``age`` ticks since the job arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from envs.sim import ClusterSim
+
+POWER_STATES = ("active", "asleep", "waking")  # index = the simulator's state code
+
+
+@dataclass
+class ClusterSnapshot:
+    """Per-server arrays (length N) and per-pending-job arrays, in queue order."""
+
+    tick: int
+    power_state: np.ndarray  # int8, index into POWER_STATES
+    wake_left: np.ndarray  # ticks until a waking server is active
+    used_cpu: np.ndarray
+    used_mem: np.ndarray
+    n_running: np.ndarray
+    job_cpu: np.ndarray
+    job_mem: np.ndarray
+    job_duration: np.ndarray  # int64 ticks
+    job_deadline: np.ndarray  # int64 ticks from now
+    job_age: np.ndarray  # int64 ticks since arrival
+    arrival_rate: float = 0.0  # jobs per tick (the observation's smoothed estimate)
+    violation_rate: float = 0.0  # SLA violations per tick (smoothed)
+    priority_level: int = 0
+    clock_offset: int = 0  # tick of the simulated day at tick 0 (time-of-day features)
+
+    def check(self, n_servers: int) -> None:
+        """Raises ValueError naming the field when the arrays do not fit ``n_servers``."""
+        for name in ("power_state", "wake_left", "used_cpu", "used_mem", "n_running"):
+            if len(getattr(self, name)) != n_servers:
+                raise ValueError(f"snapshot.{name}: {len(getattr(self, name))} servers, "
+                                 f"the fleet has {n_servers}")
+        n_jobs = len(self.job_age)
+        for name in ("job_cpu", "job_mem", "job_duration", "job_deadline"):
+            if len(getattr(self, name)) != n_jobs:
+                raise ValueError(f"snapshot.{name}: {len(getattr(self, name))} jobs, "
+                                 f"job_age has {n_jobs}")
+        if np.any((self.power_state < 0) | (self.power_state >= len(POWER_STATES))):
+            raise ValueError(f"snapshot.power_state: codes must be in [0, {len(POWER_STATES)})")
+
+
+def snapshot_of(sim: ClusterSim) -> ClusterSnapshot:
+    """The current state of ``sim`` as a snapshot (queue in service order)."""
+    queue = np.asarray(sim.queue, dtype=np.int64)
+    return ClusterSnapshot(
+        tick=int(sim.t), power_state=sim.power_state.astype(np.int8),
+        wake_left=sim.wake_left.astype(np.int64), used_cpu=sim.used_cpu.copy(),
+        used_mem=sim.used_mem.copy(), n_running=sim.n_running.astype(np.int64),
+        job_cpu=sim.job_cpu[queue], job_mem=sim.job_mem[queue],
+        job_duration=sim.job_duration[queue],
+        job_deadline=sim.job_deadline[queue] - sim.t, job_age=sim.t - sim.job_arrival[queue],
+        arrival_rate=float(sim.arrival_ema), violation_rate=float(sim.violation_ema),
+        priority_level=int(sim.priority_level), clock_offset=int(sim.clock_offset))

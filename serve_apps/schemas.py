@@ -1,0 +1,155 @@
+"""Request and response bodies of the decision service (pydantic, strict).
+
+The cluster state is given in the env's own terms, in operator units: per server its
+tier, power state and used CPU cores / memory GiB; per pending job its demand, estimated
+duration, deadline and age in ticks. Unknown fields, wrong types, NaN/inf and negative
+quantities are rejected with the field named (the service answers 422). Checks that need
+the policy's fleet (server count, tiers, capacities) happen in ``serve_apps.state``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ServerState(_Strict):
+    """One server; the list index is the server's index in the fleet."""
+
+    tier: str = Field(description="tier name of the policy's fleet at this index")
+    power_state: Literal["active", "asleep", "waking"] = "active"
+    wake_left: int = Field(default=0, ge=0, description="ticks until a waking server is active")
+    used_cpu_cores: float = Field(default=0.0, ge=0)
+    used_mem_gib: float = Field(default=0.0, ge=0)
+    n_running: int = Field(default=0, ge=0, description="jobs running on the server")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerState:
+        busy = self.n_running > 0 or self.used_cpu_cores > 0 or self.used_mem_gib > 0
+        if self.power_state != "active" and busy:
+            raise ValueError(f"a {self.power_state} server runs no jobs: n_running, "
+                             "used_cpu_cores and used_mem_gib must be 0")
+        if self.n_running == 0 and (self.used_cpu_cores > 0 or self.used_mem_gib > 0):
+            raise ValueError("n_running is 0 but used_cpu_cores/used_mem_gib are not")
+        if self.power_state == "waking" and self.wake_left < 1:
+            raise ValueError("a waking server needs wake_left >= 1")
+        return self
+
+
+class PendingJob(_Strict):
+    """One pending job; the list order is the service order (index 0 is served first)."""
+
+    cpu_cores: float = Field(gt=0)
+    mem_gib: float = Field(ge=0)
+    duration: int = Field(ge=1, description="estimated run time in ticks")
+    deadline: int = Field(ge=1, description="ticks from now until the SLA deadline")
+    age: int = Field(default=0, ge=0, description="ticks since the job arrived")
+
+
+class ClusterState(_Strict):
+    """The cluster as the policy sees it at one tick."""
+
+    tick: int = Field(default=0, ge=0, description="ticks since the start of the horizon")
+    time_of_day_tick: int | None = Field(default=None, ge=0,
+                                         description="tick of the day (default: tick)")
+    servers: list[ServerState] = Field(min_length=1)
+    jobs: list[PendingJob] = Field(default_factory=list)
+    arrival_rate: float = Field(default=0.0, ge=0, description="recent arrivals per tick")
+    violation_rate: float = Field(default=0.0, ge=0,
+                                  description="recent SLA violations per tick")
+    priority_level: int = Field(default=0, ge=0, description="current queue-order level")
+
+
+class DecideRequest(ClusterState):
+    """POST /v1/decide: a cluster state, plus an optional key for sticky canary routing."""
+
+    routing_key: str | None = Field(default=None, max_length=256)
+
+
+class Placement(BaseModel):
+    job: int = Field(description="index into the request's jobs")
+    server: int = Field(description="index into the request's servers")
+
+
+class PowerCommand(BaseModel):
+    server: int | None = None  # flat interface: one server
+    tier: str | None = None  # branching interface: one tier
+    command: Literal["sleep", "wake", "sleep_one", "hold", "wake_one"]
+
+
+class Decision(BaseModel):
+    """The action in both forms: structured, and the env's raw action."""
+
+    raw: int | list[int]
+    placements: list[Placement]
+    power: list[PowerCommand]
+    priority_level: int | None = None
+    wait: bool = False
+
+
+class DecideResponse(BaseModel):
+    action: Decision
+    policy: str
+    policy_version: str
+    answered_by: Literal["model", "fallback"]
+    fallback_reason: str | None = None
+    latency_ms: float
+
+
+class RolloutRequest(_Strict):
+    """POST /v1/rollout: start a canary, change its weight, promote or roll it back."""
+
+    action: Literal["canary", "weight", "promote", "rollback"]
+    policy: str | None = Field(default=None, description="canary: checkpoint path or "
+                               "heuristic:NAME or python:MODULE:FACTORY")
+    weight: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _fields_for_action(self) -> RolloutRequest:
+        if self.action == "canary" and not self.policy:
+            raise ValueError("action 'canary' needs 'policy'")
+        if self.action == "weight" and self.weight is None:
+            raise ValueError("action 'weight' needs 'weight'")
+        return self
+
+
+class TrajectoryStep(_Strict):
+    state: ClusterState
+    action: int | list[int]
+    reward: float | None = None
+
+
+class Trajectory(_Strict):
+    steps: list[TrajectoryStep] = Field(min_length=1, max_length=5000)
+
+
+class TrajectoryRef(_Strict):
+    """A trajectory given inline, or by the id of one the operator's system stores."""
+
+    trajectory_id: str | None = Field(default=None, min_length=1, max_length=256)
+    trajectory: Trajectory | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TrajectoryRef:
+        if (self.trajectory_id is None) == (self.trajectory is None):
+            raise ValueError("give exactly one of trajectory_id and trajectory")
+        return self
+
+
+class PreferencePair(_Strict):
+    """Operator judgement: trajectory ``a`` preferred to ``b`` (or the reverse, or equal)."""
+
+    a: TrajectoryRef
+    b: TrajectoryRef
+    preferred: Literal["a", "b", "equal"]
+    operator: str | None = Field(default=None, max_length=256)
+    note: str | None = Field(default=None, max_length=4096)
+
+
+class FeedbackRequest(_Strict):
+    pairs: list[PreferencePair] = Field(min_length=1, max_length=100)
