@@ -4,10 +4,11 @@ Loads only the RLModule (``learner_group/learner/rl_module/default_policy``)
 and the ``cloudrl.json`` written next to it by the trainer, which records
 the algorithm, the interface and the env config the policy was trained for.
 ``act`` runs the module on one observation. Q-learners (DQN, BDQ) act
-greedily. A PPO policy is stochastic by construction (trained by sampling,
-with an entropy bonus), so by default it samples from its masked action
-distribution with a generator reseeded at every ``reset`` (same episode seed,
-same episode); ``mode="greedy"`` takes the most probable action instead.
+greedily. A PPO, APPO or IMPALA policy is stochastic by construction
+(trained by sampling, with an entropy bonus), so by default it samples from
+its masked action distribution with a generator reseeded at every ``reset``
+(same episode seed, same episode); ``mode="greedy"`` takes the most probable
+action instead.
 The mask is applied again after the module, so an infeasible action can
 never come out.
 """
@@ -24,6 +25,8 @@ from envs.env_config import EnvConfig
 
 MODULE_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 META_FILE = "cloudrl.json"
+# Actor-critic algorithms whose policies sample by default (``mode="auto"``).
+STOCHASTIC_ALGOS = frozenset({"ppo", "appo", "impala"})
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -52,7 +55,8 @@ class CheckpointPolicy:
         self.env_config = EnvConfig.model_validate(self.meta["env"])
         if mode not in ("auto", "greedy", "sample"):
             raise ValueError(f"mode must be 'auto', 'greedy' or 'sample', got {mode!r}")
-        self.stochastic = mode == "sample" or (mode == "auto" and self.meta["algo"] == "ppo")
+        samples_by_default = self.meta["algo"] in STOCHASTIC_ALGOS
+        self.stochastic = mode == "sample" or (mode == "auto" and samples_by_default)
         self.name = f"{self.meta['algo']}:{self.path.name}"
         self.sample_seed = sample_seed
         self._rng = np.random.default_rng(sample_seed)

@@ -9,6 +9,7 @@ from typing import Any
 
 from cloudrl import trace_import
 from cloudrl.config import ConfigError, load_config
+from cloudrl.training import ALGOS
 from envs.workloads import WORKLOAD_KINDS
 
 
@@ -81,7 +82,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from cloudrl.training import TrainConfig, train
 
     overrides: dict[str, Any] = {"env": _env_overrides(args)}
-    for key in ("algo", "env_steps", "num_env_runners", "run_seed", "num_gpus_per_learner"):
+    for key in ("algo", "env_steps", "num_env_runners", "num_learners", "run_seed",
+                "num_gpus_per_learner"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.hparams:
@@ -211,12 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tracking-uri", help="MLflow URI (default sqlite:///$PWD/mlflow.db)")
     demo.set_defaults(func=_cmd_demo)
 
-    tr = sub.add_parser("train", help="train a masked PPO, DQN (flat) or BDQ (branching) "
-                                      "policy on the train seeds")
+    tr = sub.add_parser("train", help="train a masked PPO, DQN, APPO, IMPALA (flat) or BDQ "
+                                      "(branching) policy on the train seeds")
     _add_env_args(tr)
-    tr.add_argument("--algo", choices=("ppo", "dqn", "bdq"), help="algorithm (default ppo)")
+    tr.add_argument("--algo", choices=ALGOS, help="algorithm (default ppo)")
     tr.add_argument("--env-steps", type=int, help="env-step budget (default 20000)")
     tr.add_argument("--num-env-runners", type=int, help="remote env runners (default 0)")
+    tr.add_argument("--num-learners", type=int,
+                    help="remote learner actors (default 0: learn in the driver)")
     tr.add_argument("--run-seed", type=int, help="run seed (default 0)")
     tr.add_argument("--num-gpus-per-learner", type=float,
                     help="GPUs for the learner (cluster; default 0 = CPU)")
@@ -230,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "tracked in MLflow, evaluated on the test seeds")
     sw.add_argument("--config", metavar="YAML",
                     help="sweep file, e.g. experiments/sweep_small.yaml")
-    sw.add_argument("--algos", nargs="+", choices=("ppo", "dqn"), help="default: ppo dqn")
+    sw.add_argument("--algos", nargs="+", choices=ALGOS, help="default: ppo dqn")
     sw.add_argument("--workloads", nargs="+", choices=WORKLOAD_KINDS,
                     help="default: poisson google_v2_like")
     sw.add_argument("--run-seeds", nargs="+", type=int, help="training seeds (default 0)")

@@ -1,10 +1,10 @@
 """Training driver: RLlib algorithm configs for the cluster envs, a train loop, checkpoints.
 
-``build_algo_config(cfg)`` returns a plain RLlib ``AlgorithmConfig`` (PPO or
-DQN on the new API stack, with cloudrl's masked RLModules), so anything a
-user knows about RLlib applies. ``train(cfg)`` runs it to an env-step budget
-on the 50 train seeds only and writes a checkpoint that
-``cloudrl evaluate --checkpoint PATH`` runs on the held-out test seeds.
+``build_algo_config(cfg)`` returns a plain RLlib ``AlgorithmConfig`` (PPO,
+DQN, BDQ, APPO or IMPALA on the new API stack, with cloudrl's masked
+RLModules), so anything a user knows about RLlib applies. ``train(cfg)`` runs
+it to an env-step budget on the 50 train seeds only and writes a checkpoint
+that ``cloudrl evaluate --checkpoint PATH`` runs on the held-out test seeds.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
-Algo = Literal["ppo", "dqn", "bdq"]
-ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq")
+Algo = Literal["ppo", "dqn", "bdq", "appo", "impala"]
+ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq", "appo", "impala")
 BRANCHING_ALGOS = frozenset({"bdq"})
+# RLlib's asynchronous actor-learner algorithms (V-trace); see ``_async_settings``.
+ASYNC_ALGOS = frozenset({"appo", "impala"})
 
 
 class TrainConfig(BaseModel):
@@ -37,6 +39,8 @@ class TrainConfig(BaseModel):
     env: EnvConfig = Field(default_factory=EnvConfig)
     env_steps: int = Field(default=20_000, ge=1)
     num_env_runners: int = Field(default=0, ge=0, description="0 = sample in the driver")
+    num_learners: int = Field(default=0, ge=0,
+                              description="0 = learn in the driver; n = n remote learner actors")
     envs_per_runner: int = Field(default=8, ge=1, description="vectorized envs per runner")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
@@ -48,7 +52,7 @@ class TrainConfig(BaseModel):
     checkpoint_dir: str | None = None
 
     def interface(self) -> str:
-        """BDQ acts on the branching interface; PPO and DQN on the flat one."""
+        """BDQ acts on the branching interface; PPO, DQN, APPO and IMPALA on the flat one."""
         return "branching" if self.algo in BRANCHING_ALGOS else "flat"
 
     def train_env_config(self) -> dict[str, Any]:
@@ -82,34 +86,83 @@ def _bdq_defaults(env_steps: int) -> dict[str, Any]:
     return hp
 
 
-def build_algo_config(cfg: TrainConfig):
-    """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds)."""
-    from ray.rllib.algorithms.dqn import DQNConfig
-    from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+def _impala_defaults() -> dict[str, Any]:
+    """IMPALA (V-trace actor-critic): the PPO defaults' lr, discount and loss weights.
 
-    from cloudrl.callbacks import ClusterMetricsCallback
+    One train batch is two sample() calls of one runner at RLlib's rollout fragment of
+    50 steps x 8 vectorized envs; each batch is used once (no epochs, no minibatches).
+    """
+    return {"lr": 3e-4, "gamma": 0.99, "train_batch_size_per_learner": 800,
+            "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "grad_clip": 1.0,
+            "vtrace_clip_rho_threshold": 1.0, "vtrace_clip_pg_rho_threshold": 1.0}
+
+
+def _appo_defaults() -> dict[str, Any]:
+    """APPO: IMPALA's settings plus PPO's clipped surrogate against a target policy.
+
+    The circular buffer holds 8 batches and trains on each at most twice; the target
+    policy is copied from the learner's (``tau`` 1) every ``2 * 8 * 2`` batch updates
+    (``target_network_update_freq`` x buffer size x passes: RLlib's rule and defaults).
+    """
+    return {**_impala_defaults(), "clip_param": 0.2, "use_kl_loss": False,
+            "circular_buffer_num_batches": 8, "circular_buffer_iterations_per_batch": 2,
+            "target_network_update_freq": 2}
+
+
+def _algo_parts(cfg: TrainConfig) -> tuple[Any, type, dict[str, Any]]:
+    """(empty RLlib config, RLModule class, default hparams) of ``cfg.algo``."""
+    from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.impala import IMPALAConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
     from models.bdq import BDQTorchRLModule
     from models.bdq_learner import BDQConfig
+    from models.masked_appo import MaskedAPPOTorchRLModule
     from models.masked_dqn import MaskedDQNTorchRLModule
     from models.masked_ppo import MaskedPPOTorchRLModule
 
-    register_rllib_envs()
     if cfg.algo == "ppo":
-        config, module, hp = PPOConfig(), MaskedPPOTorchRLModule, _ppo_defaults()
-    elif cfg.algo == "dqn":
-        config, module, hp = DQNConfig(), MaskedDQNTorchRLModule, _dqn_defaults(cfg.env_steps)
-    else:
-        config, module, hp = BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
+        return PPOConfig(), MaskedPPOTorchRLModule, _ppo_defaults()
+    if cfg.algo == "dqn":
+        return DQNConfig(), MaskedDQNTorchRLModule, _dqn_defaults(cfg.env_steps)
+    if cfg.algo == "appo":
+        return APPOConfig(), MaskedAPPOTorchRLModule, _appo_defaults()
+    if cfg.algo == "impala":
+        return IMPALAConfig(), MaskedPPOTorchRLModule, _impala_defaults()
+    return BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
+
+
+def _async_settings(config: Any) -> None:
+    """APPO/IMPALA: an iteration is one train batch of env steps, as for PPO.
+
+    RLlib's IMPALA family defaults to iterations of at least 10 s, however few steps
+    that is; cloudrl logs and checkpoints per iteration, so iterations follow the
+    batch size instead. Sampling works in the driver (``num_env_runners=0``, then
+    sampling and learning alternate) and on remote env runners (sampling overlaps
+    learning: the asynchronous actor-learner split these algorithms are made for).
+    """
+    config.reporting(min_time_s_per_iteration=0,
+                     min_sample_timesteps_per_iteration=config.total_train_batch_size)
+
+
+def build_algo_config(cfg: TrainConfig):
+    """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds)."""
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from cloudrl.callbacks import ClusterMetricsCallback
+
+    register_rllib_envs()
+    config, module, hp = _algo_parts(cfg)
     hp.update(cfg.hparams)
     env_id = FLAT_ID if cfg.interface() == "flat" else BRANCHING_ID
-    return (
+    config = (
         config.api_stack(enable_rl_module_and_learner=True,
                          enable_env_runner_and_connector_v2=True)
         .environment(env_id, env_config=cfg.train_env_config())
         .env_runners(num_env_runners=cfg.num_env_runners,
                      num_envs_per_env_runner=cfg.envs_per_runner)
-        .learners(num_gpus_per_learner=cfg.num_gpus_per_learner)
+        .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner)
         .training(**hp)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=module, model_config={
             "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]}))
@@ -117,6 +170,9 @@ def build_algo_config(cfg: TrainConfig):
         .debugging(seed=cfg.run_seed)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
+    if cfg.algo in ASYNC_ALGOS:
+        _async_settings(config)
+    return config
 
 
 def env_steps_of(result: dict[str, Any]) -> int:
@@ -124,6 +180,14 @@ def env_steps_of(result: dict[str, Any]) -> int:
     runners = result.get("env_runners", {})
     return int(runners.get("num_env_steps_sampled_lifetime",
                            result.get("num_env_steps_sampled_lifetime", 0)))
+
+
+# Tracked learner metric -> RLlib result keys, first found wins. IMPALA logs its policy and
+# value losses summed over the batch ("pi_loss", "vf_loss") next to the per-step means that
+# PPO and APPO report; the means are the comparable numbers.
+LEARNER_METRICS: dict[str, tuple[str, ...]] = {
+    "total_loss": ("total_loss",), "policy_loss": ("policy_loss", "mean_pi_loss"),
+    "vf_loss": ("mean_vf_loss", "vf_loss"), "entropy": ("entropy",), "qf_loss": ("qf_loss",)}
 
 
 def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -142,9 +206,8 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
            "toggles": cluster.get("toggles"),
            "invalid_actions": cluster.get("invalid_actions")}
     learner = result.get("learners", {}).get("default_policy", {})
-    for key in ("total_loss", "policy_loss", "vf_loss", "entropy", "qf_loss"):
-        if key in learner:
-            out[key] = learner[key]
+    for key, sources in LEARNER_METRICS.items():
+        out[key] = next((learner[s] for s in sources if s in learner), None)
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
