@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cloudrl import trace_import
+from cloudrl import serve_cli, trace_import
 from cloudrl.config import ConfigError, load_config
 from cloudrl.training import ALGOS
 from envs.workloads import WORKLOAD_KINDS
@@ -262,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=_cmd_compare)
 
     trace_import.register(sub)
+    serve_cli.register(sub)
     return parser
 
 

@@ -1,0 +1,80 @@
+"""``cloudrl serve`` (run the decision service) and ``cloudrl feedback export``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from cloudrl.config import ConfigError
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import time
+
+    from ray import serve
+
+    from cloudrl.ray_utils import init_ray
+    from serve_apps.app import build_app
+    from serve_apps.service_config import ServiceConfig
+
+    overrides: dict[str, Any] = {}
+    if args.checkpoint or args.policy:
+        overrides["policy"] = args.checkpoint or args.policy
+    for key in ("canary", "canary_weight", "interface", "state_db"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.n_servers is not None or args.workload is not None:
+        overrides["env"] = {k: v for k, v in (("n_servers", args.n_servers),
+                                              ("workload", args.workload)) if v is not None}
+    try:
+        cfg = ServiceConfig.model_validate(overrides)
+    except ValueError as e:
+        raise ConfigError(f"invalid service config: {e}") from None
+    init_ray()
+    serve.start(http_options={"host": args.host, "port": args.port})
+    serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
+    print(f"cloudrl decision service on http://{args.host}:{args.port}/v1/decide "
+          f"(policy {cfg.policy}); Ctrl-C stops it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return 0
+
+
+def _cmd_feedback_export(args: argparse.Namespace) -> int:
+    from cloudrl.feedback import export_jsonl
+
+    try:
+        n = export_jsonl(args.db, args.out)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
+    print(json.dumps({"pairs": n, "out": args.out}))
+    return 0
+
+
+def register(sub: Any) -> None:
+    sv = sub.add_parser("serve", help="run the Ray Serve decision service on a checkpoint "
+                                      "or heuristic")
+    sv.add_argument("--checkpoint", help="trained checkpoint dir (from cloudrl train)")
+    sv.add_argument("--policy", help="or heuristic:NAME / python:MODULE:FACTORY "
+                                     "(default heuristic:power_aware)")
+    sv.add_argument("--canary", help="second policy version at start")
+    sv.add_argument("--canary-weight", type=float, help="canary traffic share (default 0.1)")
+    sv.add_argument("--interface", choices=("flat", "branching"),
+                    help="interface of a heuristic policy (default branching)")
+    sv.add_argument("--n-servers", type=int, help="fleet size of a heuristic policy")
+    sv.add_argument("--workload", help="workload of a heuristic policy's env")
+    sv.add_argument("--state-db", help="SQLite file (default results/serve/state.db)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.set_defaults(func=_cmd_serve)
+
+    fb = sub.add_parser("feedback", help="operator feedback pairs stored by the service")
+    fb_sub = fb.add_subparsers(dest="feedback_command", required=True)
+    ex = fb_sub.add_parser("export", help="write the stored ranked pairs as JSON lines")
+    ex.add_argument("--db", default="results/serve/state.db", help="the service's state_db")
+    ex.add_argument("--out", default="results/feedback.jsonl")
+    ex.set_defaults(func=_cmd_feedback_export)

@@ -1,0 +1,200 @@
+"""The decision service: a Ray Serve deployment with a FastAPI ingress.
+
+Endpoints (JSON):
+* ``POST /v1/decide``: a cluster state -> the action (structured and raw), the policy
+  version, whether the model or the fallback answered, and the server-side latency.
+  Requests from many callers are batched into one model forward (``@serve.batch``).
+* ``GET /v1/policy``: versions, weights, breaker states and counters.
+* ``POST /v1/rollout`` (bearer token): start a canary, set its weight, promote, roll back.
+* ``POST /v1/feedback`` (bearer token): ranked trajectory pairs into the SQLite store.
+* ``GET /healthz``: liveness.
+
+Run it with ``serve run serve_apps/config.yaml``, ``cloudrl serve --checkpoint PATH`` or
+``serve.run(build_app({...}))``. Bad input is answered 4xx naming the field (422 for
+validation, 413 for an oversized body, 401 without the token) and nothing is stored.
+"""
+
+
+import hmac
+import time
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from ray import serve
+from ray.serve.metrics import Counter
+
+from cloudrl.feedback import FeedbackStore
+from serve_apps.body_limit import BodyLimit
+from serve_apps.rollout import Rollout, ShieldSettings
+from serve_apps.runtime import PolicySpecError
+from serve_apps.schemas import DecideRequest, DecideResponse, FeedbackRequest, RolloutRequest
+from serve_apps.service_config import ServiceConfig
+from serve_apps.shield import Outcome, Shield
+from serve_apps.state import StateError
+
+api = FastAPI(title="cloudrl decision service", version="1")
+api.add_middleware(BodyLimit)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "body"
+
+
+@api.exception_handler(RequestValidationError)
+async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = []
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == "json_invalid":  # loc is ("body", character position)
+            errors.append({"field": "body", "message": f"{e.get('msg', 'invalid JSON')} at "
+                                                       f"character {loc[-1] if loc else '?'}"})
+        else:
+            errors.append({"field": _field(loc), "message": e.get("msg", "")})
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+    return JSONResponse({"error": f"invalid request: {summary}", "errors": errors},
+                        status_code=422)
+
+
+@api.exception_handler(StateError)
+async def _state_error(_: Request, exc: StateError) -> JSONResponse:
+    return JSONResponse({"error": str(exc), "errors": [{"field": exc.field,
+                                                        "message": exc.message}]},
+                        status_code=422)
+
+
+@api.exception_handler(PolicySpecError)
+async def _spec_error(_: Request, exc: PolicySpecError) -> JSONResponse:
+    return JSONResponse({"error": str(exc), "errors": [{"field": "policy",
+                                                        "message": str(exc)}]},
+                        status_code=422)
+
+
+def health_errors(shields: list[Shield]) -> list[str]:
+    """One line per loaded version whose model cannot answer its probe state."""
+    errors = []
+    for shield in shields:
+        error = shield.health_error()
+        if error:
+            errors.append(f"{shield.policy.version} ({shield.policy.spec}): {error}")
+    return errors
+
+
+@serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
+@serve.ingress(api)
+class DecisionService:
+    """One replica: the rollout (policy versions and their shields) and the feedback store."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = ServiceConfig.coerce(config)
+        cfg = self.config
+        BodyLimit.max_bytes = cfg.max_body_bytes
+        self.token = cfg.token()
+        self.rollout = Rollout(
+            cfg.policy, cfg.env, cfg.interface, db_path=cfg.state_db, seed=cfg.routing_seed,
+            shield=ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s))
+        if cfg.canary and self.rollout.canary is None:
+            self.rollout.start_canary(cfg.canary, cfg.canary_weight)
+        self.feedback = FeedbackStore(cfg.state_db)
+        self._batched.set_max_batch_size(cfg.max_batch_size)
+        self._batched.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
+        self.fallbacks = Counter("cloudrl_decide_fallbacks", description="decisions answered "
+                                 "by the fallback heuristic", tag_keys=("version", "reason"))
+        self.decisions = Counter("cloudrl_decisions", description="decisions answered",
+                                 tag_keys=("version", "answered_by"))
+
+    def check_health(self) -> None:
+        errors = health_errors(self.rollout.shields())
+        if errors:
+            raise RuntimeError("broken model: " + " | ".join(errors))
+
+    def _require_token(self, request: Request) -> None:
+        if not self.token:
+            raise HTTPException(401, "this endpoint needs a bearer token: set auth_token in "
+                                     "the service config or CLOUDRL_SERVE_TOKEN",
+                                headers={"WWW-Authenticate": "Bearer"})
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), self.token):
+            raise HTTPException(401, "missing or wrong bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+    async def _batched(self, items: list[tuple[Shield, dict]]) -> list[Outcome]:
+        """One shielded forward per policy version among the batch's requests."""
+        groups: dict[int, list[int]] = {}
+        for i, (shield, _) in enumerate(items):
+            groups.setdefault(id(shield), []).append(i)
+        out: list[Outcome | None] = [None] * len(items)
+        for indices in groups.values():
+            shield = items[indices[0]][0]
+            outcomes = await shield.decide([items[i][1] for i in indices])
+            for i, outcome in zip(indices, outcomes, strict=True):
+                out[i] = outcome
+        return out  # type: ignore[return-value]
+
+    @api.post("/v1/decide", response_model=DecideResponse)
+    async def decide(self, body: DecideRequest, request: Request) -> DecideResponse:
+        start = time.perf_counter()
+        if self.config.decide_requires_token:
+            self._require_token(request)
+        self.rollout.sync()
+        shield = self.rollout.route(body.routing_key)
+        policy = shield.policy
+        obs = policy.observe(body)
+        outcome = await self._batched((shield, obs))
+        version = policy.version
+        self.decisions.inc(tags={"version": version,
+                                 "answered_by": "model" if outcome.by_model else "fallback"})
+        if not outcome.by_model:
+            self.fallbacks.inc(tags={"version": version, "reason": outcome.reason})
+        return DecideResponse(
+            action=policy.describe(outcome.action, obs), policy=policy.name,
+            policy_version=version, answered_by="model" if outcome.by_model else "fallback",
+            fallback_reason=outcome.reason, latency_ms=(time.perf_counter() - start) * 1e3)
+
+    @api.get("/v1/policy")
+    async def policy(self) -> dict[str, Any]:
+        self.rollout.sync()
+        return self.rollout.report()
+
+    @api.post("/v1/rollout")
+    async def rollout_change(self, body: RolloutRequest, request: Request) -> dict[str, Any]:
+        self._require_token(request)
+        self.rollout.sync()
+        if body.action == "canary":
+            weight = self.config.canary_weight if body.weight is None else body.weight
+            self.rollout.start_canary(body.policy, weight)
+        elif body.action == "weight":
+            self.rollout.set_weight(body.weight)
+        elif body.action == "promote":
+            self.rollout.promote()
+        else:
+            self.rollout.rollback()
+        return self.rollout.report()
+
+    @api.post("/v1/feedback")
+    async def feedback_add(self, body: FeedbackRequest, request: Request) -> dict[str, Any]:
+        self._require_token(request)
+        pairs = [pair.model_dump(mode="json", exclude_none=True) for pair in body.pairs]
+        stored, duplicates = self.feedback.add_pairs(
+            pairs, policy_version=self.rollout.stable.policy.version)
+        return {"stored": len(stored), "duplicates": duplicates, "ids": stored}
+
+    @api.get("/healthz")
+    async def healthz(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+
+def build_app(args: dict[str, Any] | ServiceConfig | None = None) -> "serve.Application":
+    """The Serve application of a config (``serve run serve_apps.app:build_app``)."""
+    cfg = ServiceConfig.coerce(args).resolved()
+    cfg = cfg.model_copy(update={"auth_token": cfg.token()})
+    deployment = DecisionService.options(
+        num_replicas=cfg.num_replicas, ray_actor_options={"num_cpus": cfg.num_cpus})
+    return deployment.bind(cfg.model_dump(mode="json"))

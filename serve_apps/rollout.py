@@ -1,0 +1,171 @@
+"""Canary rollout: a stable and an optional canary policy version with a traffic weight.
+
+Versions are named ``v1``, ``v2``, ... in load order. ``route`` sends a request to the
+canary with probability ``weight`` (by a hash of its routing key when it has one, so a
+caller sticks to one version). ``start_canary`` loads a new version next to the stable
+one; ``promote`` makes the canary the stable version; ``rollback`` drops it.
+
+The rollout state is persisted in the service's SQLite database, so a restarted service
+keeps a promoted version, and every replica follows a change made through any replica
+(``sync`` re-reads the state when SQLite's ``data_version`` says another connection
+wrote it). A stored state is used only if it was made from the same configured policy;
+a service started with a new policy in its config starts from that policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cloudrl.feedback import open_db
+from cloudrl.policy import Interface
+from envs.env_config import EnvConfig
+from serve_apps.runtime import PolicySpecError, ServedPolicy
+from serve_apps.shield import CircuitBreaker, Shield
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS rollout (id INTEGER PRIMARY KEY CHECK (id = 1), " \
+         "state TEXT NOT NULL)"
+
+
+@dataclass
+class ShieldSettings:
+    timeout_s: float = 1.0
+    failure_threshold: int = 3
+    cooldown_s: float = 5.0
+
+
+@dataclass
+class Rollout:
+    """The served versions of one replica, kept in step with the database."""
+
+    configured_policy: str
+    env_config: EnvConfig
+    interface: Interface
+    db_path: Path
+    shield: ShieldSettings = field(default_factory=ShieldSettings)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._conn: sqlite3.Connection = open_db(self.db_path)
+        self._conn.execute(SCHEMA)
+        self._rng = random.Random(self.seed)
+        self._loaded: dict[str, Shield] = {}  # version -> shield (policy inside)
+        self._data_version = -1
+        stored = self._read()
+        if stored is None or stored.get("configured_policy") != self.configured_policy:
+            stored = {"configured_policy": self.configured_policy, "next": 2,
+                      "stable": {"version": "v1", "spec": self.configured_policy},
+                      "canary": None, "weight": 0.0}
+            self._write(stored)
+        self._apply(stored)
+
+    # ------------------------------------------------------------ persistence
+    def _read(self) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT state FROM rollout WHERE id = 1").fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def _write(self, state: dict[str, Any]) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO rollout (id, state) VALUES (1, ?)",
+                           (json.dumps(state),))
+        self._data_version = self._version_of_db()
+
+    def _version_of_db(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def sync(self) -> None:
+        """Follow a change another replica wrote (cheap when nothing changed)."""
+        if self._version_of_db() != self._data_version:
+            state = self._read()
+            if state is not None:
+                self._apply(state)
+            self._data_version = self._version_of_db()
+
+    def _apply(self, state: dict[str, Any]) -> None:
+        wanted = [state["stable"]] + ([state["canary"]] if state["canary"] else [])
+        for entry in wanted:
+            if entry["version"] not in self._loaded:
+                self._loaded[entry["version"]] = self._shield_for(entry["spec"], entry["version"])
+        keep = {entry["version"] for entry in wanted}
+        self._loaded = {v: s for v, s in self._loaded.items() if v in keep}
+        self.state = state
+
+    def _shield_for(self, spec: str, version: str) -> Shield:
+        policy = ServedPolicy(spec, version, self.env_config, self.interface)
+        breaker = CircuitBreaker(self.shield.failure_threshold, self.shield.cooldown_s)
+        return Shield(policy, timeout_s=self.shield.timeout_s, breaker=breaker)
+
+    # ------------------------------------------------------------ routing
+    @property
+    def stable(self) -> Shield:
+        return self._loaded[self.state["stable"]["version"]]
+
+    @property
+    def canary(self) -> Shield | None:
+        entry = self.state["canary"]
+        return None if entry is None else self._loaded[entry["version"]]
+
+    def route(self, routing_key: str | None = None) -> Shield:
+        canary, weight = self.canary, float(self.state["weight"])
+        if canary is None or weight <= 0.0:
+            return self.stable
+        if routing_key is None:
+            draw = self._rng.random()
+        else:
+            digest = hashlib.sha256(routing_key.encode()).digest()
+            draw = int.from_bytes(digest[:8], "big") / 2.0**64
+        return canary if draw < weight else self.stable
+
+    def shields(self) -> list[Shield]:
+        return list(self._loaded.values())
+
+    # ------------------------------------------------------------ changes
+    def start_canary(self, spec: str, weight: float) -> str:
+        version = f"v{self.state['next']}"
+        shield = self._shield_for(spec, version)  # raises PolicySpecError on a bad spec
+        if shield.policy.fleet_signature() != self.stable.policy.fleet_signature():
+            raise PolicySpecError(f"policy {spec!r} was trained for another fleet or queue "
+                                  "than the stable version; requests could not fit both")
+        self._loaded[version] = shield
+        state = dict(self.state, next=self.state["next"] + 1, weight=weight,
+                     canary={"version": version, "spec": spec})
+        self._write(state)
+        self._apply(state)
+        return version
+
+    def set_weight(self, weight: float) -> None:
+        if self.canary is None:
+            raise PolicySpecError("no canary to weight; start one with action 'canary'")
+        self._commit(dict(self.state, weight=weight))
+
+    def promote(self) -> None:
+        if self.canary is None:
+            raise PolicySpecError("no canary to promote")
+        self._commit(dict(self.state, stable=self.state["canary"], canary=None, weight=0.0))
+
+    def rollback(self) -> None:
+        if self.canary is None:
+            raise PolicySpecError("no canary to roll back")
+        self._commit(dict(self.state, canary=None, weight=0.0))
+
+    def _commit(self, state: dict[str, Any]) -> None:
+        self._write(state)
+        self._apply(state)
+
+    def report(self) -> dict[str, Any]:
+        def describe(entry: dict[str, Any] | None, weight: float) -> dict[str, Any] | None:
+            if entry is None:
+                return None
+            shield = self._loaded[entry["version"]]
+            return {"version": entry["version"], "spec": entry["spec"],
+                    "policy": shield.policy.name, "interface": shield.policy.interface,
+                    "weight": weight, "counters": shield.report()}
+
+        weight = float(self.state["weight"])
+        canary = describe(self.state["canary"], weight)
+        return {"stable": describe(self.state["stable"], 1.0 - weight if canary else 1.0),
+                "canary": canary}

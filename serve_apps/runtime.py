@@ -1,0 +1,189 @@
+"""A served policy version: its env (for observations), its model and the decision format.
+
+A policy spec is one of
+* a checkpoint directory written by ``cloudrl train`` (PPO, DQN, BDQ; the interface and
+  env come from its ``cloudrl.json``; served greedily);
+* ``heuristic:NAME`` (``power_aware``, ``ffd``, ...), on the service's env and interface;
+* ``python:MODULE:FACTORY``: ``FACTORY(env_config, interface)`` returns an object with
+  ``name``, ``interface`` and ``act_batch(observations) -> actions`` (or ``act(obs)``),
+  the extension point for custom policies.
+
+``observe`` turns a request state into the observation through the env's own path
+(``observe_snapshot``); ``act_batch`` runs the model on many observations at once and
+raises :class:`NonFiniteOutput` when the model's scores are NaN/inf; ``describe`` gives
+the structured form of an action.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
+from cloudrl.heuristics import make_heuristic
+from cloudrl.policy import Interface
+from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSchedulingEnv
+from envs.env_config import EnvConfig
+from envs.observation import J, S
+from serve_apps.schemas import ClusterState, Decision, Placement, PowerCommand
+from serve_apps.state import to_snapshot
+
+
+class NonFiniteOutput(RuntimeError):
+    """The model produced NaN or inf scores."""
+
+
+class PolicySpecError(ValueError):
+    """A policy spec that cannot be loaded; the message says why."""
+
+
+@dataclass
+class _CheckpointModel:
+    """A checkpoint's module, batched and greedy."""
+
+    policy: CheckpointPolicy
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
+        scores = self.policy.scores_batch(observations)
+        actions = []
+        for row, obs in zip(scores, observations, strict=True):
+            finite = np.isfinite(row) if self.policy.interface == "branching" else \
+                np.isfinite(row[obs["action_mask"] > 0])
+            if not finite.all():
+                raise NonFiniteOutput(f"{self.name}: non-finite scores")
+            actions.append(self.policy.greedy_action(row, obs))
+        return actions
+
+
+@dataclass
+class _SequentialModel:
+    """A policy with only ``act(obs)`` (heuristics), applied row by row."""
+
+    policy: Any
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
+        out = []
+        for obs in observations:
+            self.policy.reset()
+            out.append(self.policy.act(obs))
+        return out
+
+
+def _heuristic_model(name: str, interface: Interface) -> _SequentialModel:
+    try:
+        return _SequentialModel(make_heuristic(name, interface))
+    except ValueError as e:
+        raise PolicySpecError(str(e)) from None
+
+
+def _python_model(target: str, env_config: EnvConfig, interface: Interface) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise PolicySpecError(f"python:{target}: cannot import ({e})") from None
+    model = factory(env_config, interface)
+    if not hasattr(model, "act_batch"):
+        model = _SequentialModel(model)
+    return model
+
+
+class ServedPolicy:
+    """One policy version: spec, model, env and decision formatting."""
+
+    def __init__(self, spec: str, version: str, env_config: EnvConfig,
+                 interface: Interface) -> None:
+        self.spec, self.version = spec, version
+        if spec.startswith("heuristic:"):
+            self.model = _heuristic_model(spec.split(":", 1)[1], interface)
+        elif spec.startswith("python:"):
+            self.model = _python_model(spec.split(":", 1)[1], env_config, interface)
+        elif is_checkpoint(spec):
+            checkpoint = CheckpointPolicy(spec, mode="greedy")
+            self.model = _CheckpointModel(checkpoint)
+            env_config, interface = checkpoint.env_config, checkpoint.interface
+        elif Path(spec).exists():
+            raise PolicySpecError(f"{spec} is not a cloudrl checkpoint (no cloudrl.json)")
+        else:
+            raise PolicySpecError(f"policy {spec!r}: not a checkpoint directory, "
+                                  "heuristic:NAME or python:MODULE:FACTORY")
+        self.interface: Interface = interface
+        self.env_config = env_config
+        env_cls = ClusterSchedulingEnv if interface == "flat" else ClusterBranchingEnv
+        self.env = env_cls(env_config)
+        self.fleet = self.env.sim.fleet
+        self.fallback = _heuristic_model("power_aware", interface)
+        self.probe_obs, _ = self.env.reset(seed=0)
+
+    @property
+    def name(self) -> str:
+        return str(self.model.name)
+
+    def fleet_signature(self) -> tuple[Any, ...]:
+        """What a request must match: tier layout, queue capacity, priority levels."""
+        sim = self.env_config.sim
+        return (tuple(self.fleet.tier.tolist()), self.fleet.tier_names,
+                sim.queue_capacity, sim.priority_levels)
+
+    def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
+        """The env's observation of ``state`` (raises StateError naming a bad field)."""
+        snapshot = to_snapshot(state, self.fleet, self.env_config.sim)
+        return self.env.observe_snapshot(snapshot)
+
+    def is_feasible(self, action: Any, obs: dict[str, np.ndarray]) -> bool:
+        """True when ``action`` is in the interface's space and allowed by the mask."""
+        mask = obs["action_mask"] > 0
+        try:
+            arr = np.asarray(action)
+            if arr.dtype.kind not in "iu":
+                return False
+            if self.interface == "flat":
+                return arr.size == 1 and 0 <= int(arr) < mask.size and bool(mask[int(arr)])
+            sizes = self.env.branch_sizes
+            if arr.shape != (len(sizes),):
+                return False
+            offset = 0
+            for d, size in enumerate(sizes):
+                if not (0 <= arr[d] < size and mask[offset + arr[d]]):
+                    return False
+                offset += size
+            return True
+        except (TypeError, ValueError):
+            return False
+
+    def describe(self, action: Any, obs: dict[str, np.ndarray]) -> Decision:
+        """The structured form of a feasible action, in request indices."""
+        n, k = self.fleet.n_servers, self.env.queue_window
+        if self.interface == "flat":
+            a = int(np.asarray(action))
+            if a < k * n:
+                return Decision(raw=a, placements=[Placement(job=a // n, server=a % n)], power=[])
+            if a < k * n + n:
+                server = a - k * n  # the mask allows sleeping active servers, waking asleep
+                command = "sleep" if obs["servers"][server, S["is_active"]] > 0 else "wake"
+                return Decision(raw=a, placements=[],
+                                power=[PowerCommand(server=server, command=command)])
+            return Decision(raw=a, placements=[], power=[], wait=True)
+        raw = [int(x) for x in np.asarray(action)]
+        n_jobs = int((obs["jobs"][:, J["present"]] > 0).sum())
+        placements = [Placement(job=slot, server=raw[slot]) for slot in range(min(k, n_jobs))
+                      if raw[slot] < n]
+        names = {SLEEP_ONE: "sleep_one", WAKE_ONE: "wake_one"}
+        power = [PowerCommand(tier=self.fleet.tier_names[t], command=names.get(d, "hold"))
+                 for t, d in enumerate(raw[k:k + self.fleet.n_tiers])]
+        return Decision(raw=raw, placements=placements, power=power, priority_level=raw[-1])
+
+
+__all__ = ["NonFiniteOutput", "PolicySpecError", "ServedPolicy"]
