@@ -15,6 +15,7 @@ validation, 413 for an oversized body, 401 without the token) and nothing is sto
 """
 
 
+import asyncio
 import hmac
 import time
 from typing import Any
@@ -29,7 +30,14 @@ from cloudrl.feedback import FeedbackStore
 from serve_apps.body_limit import BodyLimit
 from serve_apps.rollout import Rollout, ShieldSettings
 from serve_apps.runtime import PolicySpecError
-from serve_apps.schemas import DecideRequest, DecideResponse, FeedbackRequest, RolloutRequest
+from serve_apps.schemas import (
+    DecideBatchRequest,
+    DecideBatchResponse,
+    DecideRequest,
+    DecideResponse,
+    FeedbackRequest,
+    RolloutRequest,
+)
 from serve_apps.service_config import ServiceConfig
 from serve_apps.shield import Outcome, Shield
 from serve_apps.state import StateError
@@ -145,9 +153,42 @@ class DecisionService:
             self._require_token(request)
         self.rollout.sync()
         shield = self.rollout.route(body.routing_key)
-        policy = shield.policy
-        obs = policy.observe(body)
+        obs = shield.policy.observe(body)
         outcome = await self._batched((shield, obs))
+        return self._response(shield, obs, outcome, start)
+
+    @api.post("/v1/decide/batch", response_model=DecideBatchResponse)
+    async def decide_batch(self, body: DecideBatchRequest, request: Request
+                           ) -> DecideBatchResponse:
+        """Many states in one request (one controller, many queues): one forward per version.
+
+        Every state is validated before any is decided; a bad one answers 422 naming
+        ``states[i]...``."""
+        start = time.perf_counter()
+        if self.config.decide_requires_token:
+            self._require_token(request)
+        if len(body.states) > self.config.max_batch_size:
+            raise StateError("states", f"{len(body.states)} states, at most "
+                             f"{self.config.max_batch_size} per request")
+        self.rollout.sync()
+        routed = []
+        for i, state in enumerate(body.states):
+            shield = self.rollout.route(state.routing_key)
+            try:
+                routed.append((shield, shield.policy.observe(state)))
+            except StateError as e:
+                raise StateError(f"states[{i}].{e.field}", e.message) from None
+        outcomes = await self._batched_many(routed)
+        return DecideBatchResponse(decisions=[
+            self._response(shield, obs, outcome, start)
+            for (shield, obs), outcome in zip(routed, outcomes, strict=True)])
+
+    async def _batched_many(self, items: list[tuple[Shield, dict]]) -> list[Outcome]:
+        return list(await asyncio.gather(*(self._batched(item) for item in items)))
+
+    def _response(self, shield: Shield, obs: dict, outcome: Outcome, start: float
+                  ) -> DecideResponse:
+        policy = shield.policy
         version = policy.version
         self.decisions.inc(tags={"version": version,
                                  "answered_by": "model" if outcome.by_model else "fallback"})

@@ -71,6 +71,12 @@ class DecideRequest(ClusterState):
     routing_key: str | None = Field(default=None, max_length=256)
 
 
+class DecideBatchRequest(_Strict):
+    """POST /v1/decide/batch: several states decided in one request."""
+
+    states: list[DecideRequest] = Field(min_length=1)
+
+
 class Placement(BaseModel):
     job: int = Field(description="index into the request's jobs")
     server: int = Field(description="index into the request's servers")
@@ -99,6 +105,10 @@ class DecideResponse(BaseModel):
     answered_by: Literal["model", "fallback"]
     fallback_reason: str | None = None
     latency_ms: float
+
+
+class DecideBatchResponse(BaseModel):
+    decisions: list[DecideResponse]
 
 
 class RolloutRequest(_Strict):

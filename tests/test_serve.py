@@ -196,6 +196,21 @@ def test_concurrent_callers_are_batched(service):
     assert requests == 64 and batches < requests
 
 
+def test_decide_batch_answers_each_state_like_decide(service):
+    client, _ = service
+    states = [_state(seed, 30 + seed) for seed in range(5)]
+    status, out = client.call("POST", "/v1/decide/batch", {"states": states})
+    assert status == 200 and len(out["decisions"]) == 5
+    for state, decision in zip(states, out["decisions"], strict=True):
+        single = client.call("POST", "/v1/decide", state)[1]
+        assert decision["action"]["raw"] == single["action"]["raw"]
+    bad = [states[0], {**states[1], "servers": states[1]["servers"][:3]}]
+    status, out = client.call("POST", "/v1/decide/batch", {"states": bad})
+    assert status == 422 and out["errors"][0]["field"] == "states[1].servers", out
+    status, out = client.call("POST", "/v1/decide/batch", {"states": [states[0]] * 33})
+    assert status == 422 and out["errors"][0]["field"] == "states"
+
+
 def test_canary_split_sticky_routing_promote_and_rollback(service):
     client, _ = service
     status, out = client.call("POST", "/v1/rollout", {"action": "canary",
