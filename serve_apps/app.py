@@ -132,7 +132,7 @@ class DecisionService:
             raise HTTPException(401, "missing or wrong bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
     async def _batched(self, items: list[tuple[Shield, dict]]) -> list[Outcome]:
         """One shielded forward per policy version among the batch's requests."""
         groups: dict[int, list[int]] = {}

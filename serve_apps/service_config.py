@@ -37,7 +37,8 @@ class ServiceConfig(BaseModel):
     decide_requires_token: bool = False
     max_body_bytes: int = Field(default=2_000_000, ge=1024)
     max_batch_size: int = Field(default=32, ge=1)
-    batch_wait_timeout_s: float = Field(default=0.002, ge=0.0)
+    batch_wait_timeout_s: float = Field(default=0.0, ge=0.0, description="0: a batch is "
+                                        "whatever queued while the previous one ran")
     model_timeout_s: float = Field(default=1.0, gt=0)
     failure_threshold: int = Field(default=3, ge=1)
     cooldown_s: float = Field(default=5.0, ge=0)
