@@ -315,3 +315,37 @@ def test_feedback_is_stored_deduplicated_and_survives_a_restart(service, tmp_pat
     assert len(rows) == 2 and rows[0]["operator"] == "ops-1"
     assert rows[0]["a"]["trajectory"]["steps"][0]["reward"] == -1.5
     assert np.isclose(rows[0]["a"]["trajectory"]["steps"][0]["state"]["tick"], 5)
+
+
+@pytest.mark.slow
+def test_cloudrl_serve_command_answers_decisions(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = _free_port()
+    env = {**os.environ, "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudrl", "serve", "--policy", "heuristic:ffd", "--n-servers",
+         str(N_SERVERS), "--workload", "poisson", "--port", str(port),
+         "--state-db", str(tmp_path / "state.db")], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client, deadline = Client(port), time.time() + 240
+        while time.time() < deadline:
+            try:
+                if client.call("GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(2)
+        status, out = client.call("POST", "/v1/decide", _state(7, 20))
+        assert status == 200 and out["policy"] == "ffd", out
+    finally:
+        proc.send_signal(signal.SIGINT)  # the command shuts Serve and its local Ray down
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
