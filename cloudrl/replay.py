@@ -236,19 +236,27 @@ class DeviceReplayBuffer:
         """Anneal the importance-sampling exponent (0 = no correction, 1 = full)."""
         self._beta = float(beta)
 
-    def add(self, batch: Mapping[str, Any]) -> None:
+    @property
+    def next_slot(self) -> int:
+        """Ring slot the next stored transition goes to (syncs, like ``len``)."""
+        return int(self._ptr)
+
+    def add(self, batch: Mapping[str, Any]) -> torch.Tensor:
         """Add single-step transitions; stores the n-step transitions they complete.
 
         ``batch`` keys: ``obs`` and ``next_obs`` (dicts of ``(B, *shape)``), ``action``
         ``(B, *action_shape)``, ``reward``, ``terminated``; optional ``truncated``
         (default False) and ``stream_id`` (default 0). numpy or torch, any device.
+        Returns the number of transitions stored (a 0-d device tensor, no sync); they
+        occupy the ring slots from ``next_slot`` (read before the call) on, wrapping.
         """
         cfg, dev = self.config, self.device
         n_rows = len(batch["reward"])
         if n_rows > self._max_rows:  # one call must not emit more rows than the ring holds
+            stored = torch.zeros((), dtype=torch.long, device=dev)
             for start in range(0, n_rows, self._max_rows):
-                self.add(_slice_rows(batch, start, start + self._max_rows))
-            return
+                stored = stored + self.add(_slice_rows(batch, start, start + self._max_rows))
+            return stored
         sid = batch.get("stream_id")
         sid = (torch.zeros(n_rows, dtype=torch.long, device=dev) if sid is None
                else self._to_device(sid, torch.long))
@@ -319,6 +327,20 @@ class DeviceReplayBuffer:
         self._size = torch.clamp(self._size + n_new, max=cfg.capacity)
         if cfg.n_step > 1:
             self._repend(seq, order, stream, incomplete)
+        return n_new
+
+    def discard_pending(self, stream_ids: Any) -> None:
+        """Drop the held-back rows of ``stream_ids`` (their episodes will never continue).
+
+        For a producer that restarts and reuses its stream ids: without this, its new
+        episodes' first windows would join the dead episodes' pending rows.
+        """
+        if self.config.n_step == 1:
+            return
+        ids = self._to_device(stream_ids, torch.long).reshape(-1)
+        pend = self._pend
+        dropped = (pend["stream_id"].unsqueeze(1) == ids.unsqueeze(0)).any(1)
+        pend["valid"] &= ~dropped
 
     def _repend(self, seq: dict[str, Any], order: torch.Tensor, stream: torch.Tensor,
                 incomplete: torch.Tensor) -> None:

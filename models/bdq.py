@@ -121,6 +121,14 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
         self.advantage_heads = nn.ModuleList(
             head(dim, head_hiddens, n, act) for n in self.branch_sizes)
 
+    def set_epsilon(self, epsilon: float | list[tuple[int, float]]) -> None:
+        """Replace the exploration schedule: a constant or ``[(t, epsilon), ...]``.
+
+        For per-actor exploration rates (Ape-X gives every env runner its own constant
+        epsilon, see ``cloudrl.apex``); weight syncs do not touch the schedule.
+        """
+        self.epsilon_schedule = Scheduler(fixed_value_or_schedule=epsilon, framework="torch")
+
     # -- shared representation ----------------------------------------------------------
     def representation(self, batch: dict[str, Any]) -> torch.Tensor:
         """The shared trunk output ``(B, representation_dim)`` of ``batch[obs]``."""

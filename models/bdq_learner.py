@@ -103,10 +103,11 @@ def bdq_td_errors(fwd_out: dict[str, torch.Tensor], batch: dict[str, Any], gamma
 class BDQTorchLearner(DQNTorchLearner):
     """DQN learner with the branching (shared-target, per-branch error) loss.
 
-    With ``config.device_replay`` and a local learner (``num_learners=0``) the per-sample
-    priorities ``sum_d |delta_d|`` stay on the device in ``device_td_errors[module_id]``
-    (read by ``cloudrl.bdq_training``) instead of going through the metrics logger,
-    which would copy them to the host.
+    With ``config.td_errors_on_device`` (device replay or Ape-X, local learner,
+    ``num_learners=0``) the per-sample priorities ``sum_d |delta_d|`` stay on the device
+    in ``device_td_errors[module_id]`` (read by ``cloudrl.bdq_training`` and
+    ``cloudrl.apex``) instead of going through the metrics logger, which would copy them
+    to the host.
     """
 
     def build(self) -> None:
@@ -128,7 +129,7 @@ class BDQTorchLearner(DQNTorchLearner):
             per_sample = weights.float() * per_sample
         total_loss = per_sample.mean()
         td_error = (target_b - q_selected).abs().sum(dim=-1).detach()
-        if getattr(config, "device_replay", False) and config.num_learners == 0:
+        if getattr(config, "td_errors_on_device", False):
             self.device_td_errors[module_id] = td_error
         else:
             self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error,
@@ -180,6 +181,15 @@ class BDQConfig(DQNConfig):
         if device_replay_checkpoint is not NotProvided:
             self.device_replay_checkpoint = bool(device_replay_checkpoint)
         return self
+
+    @property
+    def td_errors_on_device(self) -> bool:
+        """Whether the learner keeps per-sample priorities in ``device_td_errors``.
+
+        True for the device replay on a local learner; the replay driver then reads them
+        there instead of from the metrics (``cloudrl.apex`` sets it for its shards too).
+        """
+        return bool(self.device_replay) and self.num_learners == 0
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         return RLModuleSpec(module_class=BDQTorchRLModule, model_config=self.model_config)

@@ -286,3 +286,20 @@ def test_streams_are_stored_in_arrival_order_from_torch_inputs(device: str, n_st
         assert out["next_obs"]["x"][:, 0].tolist() == [1.5, 11.5, 21.5, 1.5, 11.5, 21.5]
     expected_dones = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0] if n_step == 1 else [1.0] * 6
     assert out["dones"].tolist() == expected_dones
+
+
+def test_add_reports_stored_count_and_slots_and_discard_pending_drops_a_stream() -> None:
+    buf = buffer(capacity=8, n_step=3, gamma=0.5, num_streams=2)
+    assert buf.next_slot == 0
+    assert int(buf.add(rows([0, 1, 10, 11], stream_id=[0, 0, 1, 1]))) == 0  # all pending
+    buf.discard_pending([0])  # stream 0's episode will never continue
+    start = buf.next_slot
+    stored_now = int(buf.add(rows([2, 12], stream_id=[0, 1])))
+    assert stored_now == 1 and buf.next_slot == start + 1  # only stream 1's window 10..12
+    assert stored(buf, start, start + 1)["obs"]["x"][:, 0].tolist() == [10]
+    # Stream 0 starts afresh at row 2: its first window needs 3 of its own rows.
+    assert int(buf.add(rows([3, 4], stream_id=[0, 0]))) == 1
+    assert stored(buf, 1, 2)["obs"]["x"][:, 0].tolist() == [2]
+    # A call larger than the ring reports every stored transition; next_slot wraps.
+    one_step = buffer(capacity=4)
+    assert int(one_step.add(rows(list(range(10))))) == 10 and one_step.next_slot == 10 % 4
