@@ -1,0 +1,120 @@
+"""What an Ape-X actor does: sample, send single-step transitions to its shard, report.
+
+:func:`sample_into_shard` runs ON an RLlib env runner (the algorithm sends it with
+``EnvRunnerGroup.foreach_env_runner_async``). One call:
+
+1. on the first call of this runner process (a restarted runner is a new process) it
+   creates the runner's :class:`ActorState` (a fresh ``incarnation`` id, its own
+   :class:`~cloudrl.bdq_training.EpisodeStreams`) and sets the runner module's constant
+   epsilon to :func:`~cloudrl.apex.config.runner_epsilon` of its ``worker_index``;
+2. samples one rollout (``runner.sample()``, exploring, with whatever weights the runner
+   has: weight broadcasts are queued on the runner between sample calls);
+3. converts the episode chunks into single-step transitions (stream ids local to this
+   runner) and waits for the shard's acknowledgement of the PREVIOUS add, then sends these
+   rows with ``shard.add.remote`` straight to the runner's shard: episodes never pass
+   through the driver, and at most one add per runner is in flight (back-pressure: a
+   runner never gets more than one rollout ahead of its shard);
+4. returns a small report: the runner's metrics (env steps, episode returns), its
+   weights version, epsilon, and the rows the shard acknowledged or lost.
+
+Initial priorities are computed by the shard (see ``cloudrl.apex.shard``), not here: the
+n-step windows are completed in the shard, which holds the learner's full module
+(target network included), so its priority is exactly the learner's ``sum_d |delta_d|``
+under the broadcast weights.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from cloudrl.apex.config import runner_epsilon
+from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
+
+STATE_ATTR = "_cloudrl_apex_actor"
+ACK_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ActorState:
+    """Per-process state of one Ape-X actor, kept as an attribute of its env runner."""
+
+    incarnation: str
+    epsilon: float
+    streams: EpisodeStreams
+    pending: Any = None  # ObjectRef of the last add, not yet acknowledged
+    pending_rows: int = 0
+    rows_sent: int = 0
+    rows_acked: int = 0
+    rows_lost: int = 0
+    shard_stats: dict[str, Any] = field(default_factory=dict)
+
+
+def runner_module(runner: Any) -> Any:
+    """The env runner's (single-agent) RLModule."""
+    module = runner.module
+    try:
+        return module[DEFAULT_MODULE_ID]
+    except (KeyError, TypeError, AttributeError):
+        return module
+
+
+def actor_state(runner: Any, epsilon: float, epsilon_alpha: float,
+                streams_per_runner: int) -> ActorState:
+    """This runner's :class:`ActorState`, created (and its epsilon set) on first use."""
+    state = getattr(runner, STATE_ATTR, None)
+    if state is None:
+        num_runners = max(1, int(runner.config.num_env_runners))
+        index = min(max(int(runner.worker_index) - 1, 0), num_runners - 1)
+        eps = runner_epsilon(index, num_runners, epsilon, epsilon_alpha)
+        runner_module(runner).set_epsilon(eps)
+        state = ActorState(incarnation=uuid.uuid4().hex, epsilon=eps,
+                           streams=EpisodeStreams(streams_per_runner))
+        setattr(runner, STATE_ATTR, state)
+    return state
+
+
+def _settle(state: ActorState) -> None:
+    """Wait for the previous add; count its rows as acknowledged or lost."""
+    if state.pending is None:
+        return
+    try:
+        state.shard_stats = ray.get(state.pending, timeout=ACK_TIMEOUT_S)
+        state.rows_acked += state.pending_rows
+    except (ray.exceptions.RayError, TimeoutError):  # shard died (restarting) or hung
+        state.rows_lost += state.pending_rows
+    state.pending, state.pending_rows = None, 0
+
+
+def sample_into_shard(runner: Any, *, shards: list[Any], epsilon: float,
+                      epsilon_alpha: float, streams_per_runner: int) -> dict[str, Any]:
+    """One Ape-X actor step on ``runner`` (see the module docstring); returns its report."""
+    state = actor_state(runner, epsilon, epsilon_alpha, streams_per_runner)
+    episodes = runner.sample()
+    env_steps = sum(len(ep) for ep in episodes)
+    rows = episodes_to_transitions(episodes, state.streams)
+    shard_index = (int(runner.worker_index) - 1) % len(shards)
+    _settle(state)
+    if rows is not None:
+        n = len(rows["reward"])
+        state.pending = shards[shard_index].add.remote(
+            rows, runner_index=int(runner.worker_index), incarnation=state.incarnation)
+        state.pending_rows = n
+        state.rows_sent += n
+    return {
+        "worker_index": int(runner.worker_index),
+        "incarnation": state.incarnation,
+        "epsilon": state.epsilon,
+        "weights_seq_no": int(getattr(runner, "_weights_seq_no", 0)),
+        "env_steps": env_steps,
+        "shard_index": shard_index,
+        "rows_sent": state.rows_sent,
+        "rows_acked": state.rows_acked,
+        "rows_lost": state.rows_lost,
+        "shard_stats": dict(state.shard_stats),
+        "metrics": runner.get_metrics(),
+    }

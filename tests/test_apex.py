@@ -1,0 +1,373 @@
+"""cloudrl.apex: Ape-X BDQ (async env runners, replay shard actors, one learner)."""
+
+from __future__ import annotations
+
+import math
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from cloudrl.apex import APEX_RESULTS, ApexBDQ, ApexBDQConfig, ReplayShard, runner_epsilon
+from cloudrl.bdq_training import DISCOUNTS
+from cloudrl.replay import ReplayConfig
+from envs.cluster_env import ClusterBranchingEnv
+from envs.registration import BRANCHING_ID, register_rllib_envs
+from models.bdq import BDQTorchRLModule
+from models.bdq_learner import BDQConfig, BDQTorchLearner
+from tests.test_bdq import TINY_MODEL, ToyBranchingBandit, train_until_optimal
+
+ENV_CONFIG = {"n_servers": 5, "sim": {"episode_length": 50}, "seed_pool": [0, 1, 2]}
+N_STEP = 3
+
+
+# -- pure parts -----------------------------------------------------------------------------
+
+def test_runner_epsilons_follow_apex_formula() -> None:
+    eps = [runner_epsilon(i, 8) for i in range(8)]
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    for i, e in enumerate(eps):
+        assert e == pytest.approx(0.4 ** (1 + 7 * i / 7))
+    assert all(a > b for a, b in zip(eps, eps[1:], strict=False))  # decreasing in i
+    assert runner_epsilon(0, 1) == pytest.approx(0.4)
+    assert runner_epsilon(2, 3, epsilon=0.5, alpha=1.0) == pytest.approx(0.25)
+    with pytest.raises(ValueError):
+        runner_epsilon(3, 3)
+
+
+def test_config_validation_and_learner_hook() -> None:
+    ok = ApexBDQConfig().environment(BRANCHING_ID).env_runners(num_env_runners=2)
+    assert ok.algo_class is ApexBDQ and ok.td_errors_on_device
+    assert not BDQConfig().td_errors_on_device  # plain BDQ: priorities via the metrics
+    assert BDQConfig().training(device_replay=True).td_errors_on_device
+    for bad in (ApexBDQConfig().env_runners(num_env_runners=0),
+                ApexBDQConfig().env_runners(num_env_runners=1).training(num_replay_shards=2),
+                ApexBDQConfig().training(broadcast_interval=0),
+                ApexBDQConfig().training(apex_epsilon=1.5),
+                ApexBDQConfig().training(n_step=3, replay_shard_capacity=4),
+                ApexBDQConfig().learners(num_learners=1)):
+        with pytest.raises(ValueError):
+            bad.validate()
+
+
+# -- the shard, in-process ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def env() -> ClusterBranchingEnv:
+    return ClusterBranchingEnv(ENV_CONFIG)
+
+
+def module_spec(env: ClusterBranchingEnv) -> RLModuleSpec:
+    return RLModuleSpec(module_class=BDQTorchRLModule, observation_space=env.observation_space,
+                        action_space=env.action_space, model_config=TINY_MODEL)
+
+
+def make_shard(env: ClusterBranchingEnv, capacity: int = 64, n_step: int = N_STEP
+               ) -> ReplayShard:
+    # Shard 0 of 2: runners 1 and 3 write here, each with 2 streams -> 4 streams.
+    cfg = ReplayConfig(capacity=capacity, n_step=n_step, gamma=0.9, num_streams=4)
+    return ReplayShard(0, 2, cfg, env.observation_space, env.action_space, module_spec(env),
+                       streams_per_runner=2)
+
+
+def rows(env: ClusterBranchingEnv, n: int, seed: int, stream: int = 0,
+         terminated_last: bool = False) -> dict[str, Any]:
+    space = env.observation_space
+    space.seed(seed)
+    obs = [space.sample() for _ in range(n + 1)]
+    stack = {k: np.stack([o[k] for o in obs]).astype(np.float32) for k in obs[0]}
+    stack["action_mask"] = np.ones_like(stack["action_mask"])
+    rng = np.random.default_rng(seed)
+    terminated = np.zeros(n, dtype=bool)
+    terminated[-1] = terminated_last
+    return {"obs": {k: v[:-1] for k, v in stack.items()},
+            "next_obs": {k: v[1:] for k, v in stack.items()},
+            "action": rng.integers(0, np.asarray(env.branch_sizes), size=(n, len(
+                env.branch_sizes))).astype(np.int64),
+            "reward": rng.normal(size=n).astype(np.float32), "terminated": terminated,
+            "truncated": np.zeros(n, dtype=bool), "stream_id": np.full(n, stream)}
+
+
+def learner_td(module: BDQTorchRLModule, transitions: dict[str, Any]) -> torch.Tensor:
+    """The learner's own per-sample priorities (BDQTorchLearner, device-TD path)."""
+    stub = types.SimpleNamespace(device_td_errors={}, metrics=None)
+    stub.metrics = types.SimpleNamespace(log_dict=lambda *a, **k: None)
+    batch = {"obs": transitions["obs"], "new_obs": transitions["next_obs"],
+             "actions": transitions["actions"], "rewards": transitions["rewards"],
+             "terminateds": transitions["dones"], DISCOUNTS: transitions["discounts"]}
+    config = ApexBDQConfig().training(gamma=0.9)
+    with torch.no_grad():
+        fwd = module.forward_train(batch)
+        BDQTorchLearner.compute_loss_for_module(stub, module_id="m", config=config,
+                                                batch=batch, fwd_out=fwd)
+    return stub.device_td_errors["m"]
+
+
+def test_shard_computes_initial_priorities_as_the_learner_would(env) -> None:
+    shard = make_shard(env)
+    stats = shard.add(rows(env, 6, seed=1), runner_index=1, incarnation="a")
+    # No weights yet: 6 rows, n_step 3 -> 4 complete windows at the default max priority.
+    assert stats["stored"] == 4 and stats["initial_priorities"] == 0
+    assert torch.equal(shard.priorities(), torch.ones(4, dtype=torch.float64))
+    torch.manual_seed(0)
+    learner_module = module_spec(env).build()
+    learner_module.make_target_networks()
+    with torch.no_grad():  # target != online, so the double-Q target matters
+        for p in learner_module._target_advantage_heads.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    assert shard.set_weights(learner_module.get_state(), version=7) == 7
+    start = shard.buffer.next_slot
+    stats = shard.add(rows(env, 5, seed=2, terminated_last=True), runner_index=1,
+                      incarnation="a")
+    # 2 pending + 5 new rows, the episode ends: all 7 windows complete (truncated at the end).
+    assert stats["stored"] == 4 + 7 and stats["initial_priorities"] == 7
+    slots = torch.arange(start, start + 7)
+    expected = learner_td(learner_module, shard.buffer.transitions(slots))
+    prio = (expected.double() + shard.config.eps) ** shard.config.alpha
+    torch.testing.assert_close(shard.buffer.priorities()[slots], prio)
+    assert not torch.allclose(prio, prio[0].expand_as(prio))
+
+
+def test_shard_drops_stale_priority_updates(env) -> None:
+    shard = make_shard(env, capacity=16, n_step=1)
+    shard.add(rows(env, 16, seed=3), runner_index=1, incarnation="a")
+    reply = shard.sample(8)
+    assert shard.sample(17)["batch"] is None  # fewer transitions than the batch
+    indices, stamps = reply["batch"]["indices"], reply["stamps"]
+    assert reply["incarnation"] == shard.incarnation
+    # A wrong incarnation (the shard restarted since it was sampled) changes nothing.
+    assert shard.update_priorities(indices, stamps, torch.ones(8), "old") == 0
+    # Overwrite slots 0..5 (ring of 16): samples from there are stale.
+    shard.add(rows(env, 6, seed=4), runner_index=1, incarnation="a")
+    fresh = indices >= 6
+    before = shard.priorities().clone()
+    td = torch.full((8,), 3.0)
+    applied = shard.update_priorities(indices, stamps, td, shard.incarnation)
+    assert applied == int(fresh.sum())
+    after = shard.priorities()
+    target = (3.0 + shard.config.eps) ** shard.config.alpha
+    assert torch.allclose(after[indices[fresh]], torch.tensor(target, dtype=torch.float64))
+    assert torch.equal(after[:6], before[:6])  # the overwritten slots keep their priority
+    assert shard.stats()["stale_priorities"] == 8 + int((~fresh).sum())
+
+
+def test_restarted_runner_does_not_join_its_dead_episodes_windows(env) -> None:
+    shard = make_shard(env)
+    old = rows(env, 4, seed=5)  # an open episode: the last 2 rows wait for their windows
+    shard.add(old, runner_index=1, incarnation="a")
+    shard.add(rows(env, 4, seed=6), runner_index=3, incarnation="c")  # streams 2..3
+    assert shard.stats()["stored"] == 2 + 2
+    new = rows(env, 3, seed=7)  # restarted runner 1, stream 0 again
+    start = shard.buffer.next_slot
+    stats = shard.add(new, runner_index=1, incarnation="b")
+    assert stats["pending_discarded"] == 1
+    assert stats["stored"] == 4 + 1  # only the new episode's first window; no old rows
+    stored = shard.buffer.transitions(torch.tensor([start]))
+    torch.testing.assert_close(stored["obs"]["macro"][0], torch.as_tensor(new["obs"]["macro"][0]))
+    # Runner 3's pending rows (streams 2..3) survive and complete with its next rows.
+    stats = shard.add(rows(env, 1, seed=8, stream=0), runner_index=3, incarnation="c")
+    assert stats["stored"] == 5 + 1
+
+
+def test_shard_state_round_trip(env) -> None:
+    shard = make_shard(env, capacity=16, n_step=1)
+    shard.add(rows(env, 10, seed=9), runner_index=1, incarnation="a")
+    copy = make_shard(env, capacity=16, n_step=1)
+    copy.set_state(shard.get_state())
+    assert len(copy.buffer) == 10 and torch.equal(copy.priorities(), shard.priorities())
+    assert torch.equal(copy._stamps, shard._stamps)
+
+
+# -- Ape-X runs on Ray ----------------------------------------------------------------------
+
+def apex_config(**training: Any) -> ApexBDQConfig:
+    register_rllib_envs()
+    settings = {"num_replay_shards": 2, "replay_shard_capacity": 1000,
+                "num_cpus_per_replay_shard": 0.25, "broadcast_interval": 2,
+                "n_step": N_STEP, "train_batch_size_per_learner": 16,
+                "num_steps_sampled_before_learning_starts": 32,
+                "target_network_update_freq": 32, **training}
+    return (
+        ApexBDQConfig()
+        .environment(BRANCHING_ID, env_config=ENV_CONFIG)
+        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5,
+                     num_envs_per_env_runner=1, rollout_fragment_length=16)
+        .reporting(min_sample_timesteps_per_iteration=64)
+        .training(**settings)
+        .rl_module(model_config=TINY_MODEL)
+        .debugging(seed=0)
+    )
+
+
+def shard_stats(algo: ApexBDQ) -> list[dict[str, Any]]:
+    return ray.get([h.stats.remote() for h in algo.replay_shards()])
+
+
+def env_steps(result: dict[str, Any]) -> int:
+    return int(result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+
+def train_until(algo: ApexBDQ, done, max_iterations: int = 20) -> dict[str, Any]:
+    for _ in range(max_iterations):
+        result = algo.train()
+        if done(result):
+            return result
+    raise AssertionError(f"condition not reached in {max_iterations} iterations: "
+                         f"{result.get(APEX_RESULTS)}")
+
+
+def learner_weights(algo: ApexBDQ) -> dict[str, torch.Tensor]:
+    module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def runner_handles(algo: ApexBDQ) -> dict[int, Any]:
+    return dict(algo.env_runner_group.foreach_env_runner(
+        lambda r: (r.worker_index, ray.get_runtime_context().current_actor),
+        local_env_runner=False))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_apex_flow_two_runners_two_shards() -> None:
+    algo = apex_config().build_algo()
+    try:
+        def enough(result):
+            apex = result[APEX_RESULTS]
+            versions = [r["weights_seq_no"] for r in algo.runner_reports.values()]
+            return (apex["learner_updates"] >= 6 and len(versions) == 2 and min(versions) > 0
+                    and min(s["priority_updates"] for s in shard_stats(algo)) > 0)
+
+        result = train_until(algo, enough)
+        apex = result[APEX_RESULTS]
+        steps = env_steps(result)
+        # Transitions flowed into both shards, one runner each; n-step windows stored
+        # up to the <= (n - 1) rows per stream still pending.
+        for i, stats in enumerate(shard_stats(algo)):
+            assert stats["shard_index"] == i and stats["size"] > 0
+            assert 0 <= stats["rows_added"] - stats["stored"] <= 2 * (N_STEP - 1)
+            assert stats["initial_priorities"] > 0 and stats["priority_updates"] > 0
+            assert stats["stale_priorities"] == 0
+        assert sum(s["rows_added"] for s in shard_stats(algo)) >= steps - 2 * 2 * 16
+        # Priorities: computed per transition, then changed by the learner's |TD|.
+        prios = ray.get(algo.replay_shards()[0].priorities.remote())
+        assert prios.min() > 0 and not torch.allclose(prios, prios[0].expand_as(prios))
+        # Runners: Ape-X epsilons per worker index, weights versions advancing.
+        reports = algo.runner_reports
+        assert reports[1]["epsilon"] == pytest.approx(0.4)
+        assert reports[2]["epsilon"] == pytest.approx(0.4 ** 8)
+        versions = [r["weights_seq_no"] for r in reports.values()]
+        assert 0 < min(versions) <= max(versions) <= apex["weights_version"]
+        assert apex["weights_version"] == apex["learner_updates"] - apex[
+            "learner_updates"] % 2  # broadcast every 2 learner updates
+        # Learner: real updates on 16-sample batches; bounded replay ratio bookkeeping.
+        assert apex["trained_samples"] == 16 * apex["learner_updates"]
+        assert apex["priority_updates_sent"] == apex["learner_updates"]
+        assert apex["replay_ratio"] == pytest.approx(apex["trained_samples"] / steps, rel=0.2)
+        assert math.isfinite(float(result["learners"]["default_policy"]["qf_loss"]))
+        assert apex["shard_restarts"] == 0 and apex["rows_lost_in_flight"] == 0
+        previous = min(versions)
+        result = algo.train()
+        assert min(r["weights_seq_no"] for r in algo.runner_reports.values()) >= previous
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_apex_survives_a_killed_runner_and_a_killed_shard() -> None:
+    algo = apex_config(replay_shard_capacity=400).build_algo()
+    try:
+        result = train_until(algo, lambda r: r[APEX_RESULTS]["learner_updates"] >= 2)
+        old_runner = algo.runner_reports[1]["incarnation"]
+        ray.kill(runner_handles(algo)[1], no_restart=False)
+        steps = env_steps(result)
+        result = train_until(algo, lambda r: algo.runner_reports[1]["incarnation"] != old_runner)
+        apex = result[APEX_RESULTS]
+        assert apex["runner_restarts"] >= 1
+        assert algo.runner_reports[1]["epsilon"] == pytest.approx(0.4)  # re-applied
+        assert env_steps(result) > steps
+
+        killed = shard_stats(algo)[0]
+        updates = apex["learner_updates"]
+        ray.kill(algo.replay_shards()[0], no_restart=False)
+
+        def recovered(result):
+            try:
+                stats = shard_stats(algo)[0]
+            except ray.exceptions.RayError:  # calls fail while the actor restarts
+                return False
+            return (result[APEX_RESULTS]["shard_restarts"] >= 1 and stats["size"] > 0
+                    and stats["incarnation"] != killed["incarnation"])
+
+        result = train_until(algo, recovered)
+        apex = result[APEX_RESULTS]
+        # Lost: what the dead shard last reported holding, bounded by its capacity.
+        assert 0 < apex["shard_transitions_lost"] <= 400
+        assert shard_stats(algo)[0]["weights_version"] >= 0  # weights re-sent
+        result = train_until(algo, lambda r: r[APEX_RESULTS]["learner_updates"] > updates + 4)
+        assert env_steps(result) > steps
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_apex_checkpoint_resumes_steps_weights_and_shards(tmp_path: Path) -> None:
+    algo = apex_config(checkpoint_replay_shards=True).build_algo()
+    try:
+        result = train_until(algo, lambda r: r[APEX_RESULTS]["learner_updates"] >= 2)
+        path = algo.save_to_path(str(tmp_path / "ckpt"))
+        saved_steps = env_steps(result)
+        saved_sizes = [s["size"] for s in shard_stats(algo)]
+        saved_updates = result[APEX_RESULTS]["learner_updates"]
+        weights = learner_weights(algo)
+    finally:
+        algo.stop()
+    restored = ApexBDQ.from_checkpoint(path)
+    try:
+        assert isinstance(restored.config, ApexBDQConfig)
+        assert [s["size"] for s in shard_stats(restored)] == saved_sizes
+        for k, v in learner_weights(restored).items():
+            torch.testing.assert_close(v, weights[k])
+        # The local module (get_module) carries the restored weights too.
+        for k, v in restored.get_module().state_dict().items():
+            torch.testing.assert_close(v, weights[k])
+        result = restored.train()
+        assert env_steps(result) >= saved_steps + 64
+        assert result[APEX_RESULTS]["learner_updates"] >= saved_updates
+    finally:
+        restored.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_apex_bdq_learns_the_optimum_of_a_toy_branching_bandit() -> None:
+    config = (
+        ApexBDQConfig()
+        .environment(ToyBranchingBandit)
+        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5,
+                     num_envs_per_env_runner=4, rollout_fragment_length=8)
+        .reporting(min_sample_timesteps_per_iteration=256)
+        .training(num_replay_shards=2, replay_shard_capacity=5000,
+                  num_cpus_per_replay_shard=0.25, broadcast_interval=4, max_replay_ratio=2.0,
+                  apex_epsilon=0.8, apex_epsilon_alpha=1.0,
+                  n_step=1, lr=2e-3, gamma=0.0, train_batch_size_per_learner=64,
+                  num_steps_sampled_before_learning_starts=128,
+                  target_network_update_freq=100)
+        .rl_module(model_config={"encoder": {"hidden": 32, "macro_hiddens": [32],
+                                             "row_hiddens": [8]},
+                                 "trunk_hiddens": [32], "head_hiddens": [32]})
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        train_until_optimal(algo)
+    finally:
+        algo.stop()
