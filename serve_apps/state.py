@@ -21,6 +21,7 @@ from envs.snapshot import POWER_STATES, ClusterSnapshot, snapshot_of
 from serve_apps.schemas import ClusterState
 
 _EPS = 1e-9
+_STATE_CODE = {name: code for code, name in enumerate(POWER_STATES)}
 
 
 class StateError(ValueError):
@@ -45,36 +46,40 @@ def to_snapshot(state: ClusterState, fleet: Fleet, sim_cfg: SimConfig) -> Cluste
         raise StateError("priority_level", f"{state.priority_level} outside "
                          f"[0, {sim_cfg.priority_levels})")
     cpu_unit, mem_unit = fleet.largest_cpu_cores, fleet.largest_mem_gib
-    used_cpu = np.empty(n)
-    used_mem = np.empty(n)
-    for i, server in enumerate(state.servers):
-        expected = fleet.tier_names[fleet.tier[i]]
-        if server.tier != expected:
-            raise StateError(f"servers[{i}].tier", f"{server.tier!r}, but server {i} of the "
-                             f"policy's fleet is {expected!r}")
-        used_cpu[i] = server.used_cpu_cores / cpu_unit
-        used_mem[i] = server.used_mem_gib / mem_unit
-        if used_cpu[i] > fleet.cpu_cap[i] + _EPS:
-            raise StateError(f"servers[{i}].used_cpu_cores", f"{server.used_cpu_cores} "
-                             f"exceeds the tier's {fleet.cpu_cap[i] * cpu_unit:g} cores")
-        if used_mem[i] > fleet.mem_cap[i] + _EPS:
-            raise StateError(f"servers[{i}].used_mem_gib", f"{server.used_mem_gib} exceeds "
-                             f"the tier's {fleet.mem_cap[i] * mem_unit:g} GiB")
-    for k, job in enumerate(state.jobs):
-        if job.cpu_cores > cpu_unit or job.mem_gib > mem_unit:
-            raise StateError(f"jobs[{k}]", f"demand {job.cpu_cores} cores / {job.mem_gib} GiB "
-                             f"exceeds the largest server ({cpu_unit:g} / {mem_unit:g})")
+    servers = state.servers
+    tiers = [s.tier for s in servers]
+    expected = [fleet.tier_names[t] for t in fleet.tier.tolist()]
+    if tiers != expected:
+        i = next(i for i, (a, b) in enumerate(zip(tiers, expected, strict=True)) if a != b)
+        raise StateError(f"servers[{i}].tier", f"{tiers[i]!r}, but server {i} of the "
+                         f"policy's fleet is {expected[i]!r}")
+    used_cpu = np.array([s.used_cpu_cores for s in servers]) / cpu_unit
+    used_mem = np.array([s.used_mem_gib for s in servers]) / mem_unit
+    for used, cap, field, unit, what in ((used_cpu, fleet.cpu_cap, "used_cpu_cores", cpu_unit,
+                                          "cores"),
+                                         (used_mem, fleet.mem_cap, "used_mem_gib", mem_unit,
+                                          "GiB")):
+        over = np.flatnonzero(used > cap + _EPS)
+        if len(over):
+            i = int(over[0])
+            raise StateError(f"servers[{i}].{field}", f"{used[i] * unit:g} exceeds the "
+                             f"tier's {cap[i] * unit:g} {what}")
+    job_cpu = np.array([j.cpu_cores for j in state.jobs], dtype=np.float64)
+    job_mem = np.array([j.mem_gib for j in state.jobs], dtype=np.float64)
+    too_big = np.flatnonzero((job_cpu > cpu_unit) | (job_mem > mem_unit))
+    if len(too_big):
+        k = int(too_big[0])
+        raise StateError(f"jobs[{k}]", f"demand {job_cpu[k]:g} cores / {job_mem[k]:g} GiB "
+                         f"exceeds the largest server ({cpu_unit:g} / {mem_unit:g})")
     jobs = state.jobs
     day_tick = state.tick if state.time_of_day_tick is None else state.time_of_day_tick
     return ClusterSnapshot(
         tick=state.tick,
-        power_state=np.array([POWER_STATES.index(s.power_state) for s in state.servers],
-                             dtype=np.int8),
-        wake_left=np.array([s.wake_left for s in state.servers], dtype=np.int64),
+        power_state=np.array([_STATE_CODE[s.power_state] for s in servers], dtype=np.int8),
+        wake_left=np.array([s.wake_left for s in servers], dtype=np.int64),
         used_cpu=used_cpu, used_mem=used_mem,
-        n_running=np.array([s.n_running for s in state.servers], dtype=np.int64),
-        job_cpu=np.array([j.cpu_cores / cpu_unit for j in jobs], dtype=np.float64),
-        job_mem=np.array([j.mem_gib / mem_unit for j in jobs], dtype=np.float64),
+        n_running=np.array([s.n_running for s in servers], dtype=np.int64),
+        job_cpu=job_cpu / cpu_unit, job_mem=job_mem / mem_unit,
         job_duration=np.array([j.duration for j in jobs], dtype=np.int64),
         job_deadline=np.array([j.deadline for j in jobs], dtype=np.int64),
         job_age=np.array([j.age for j in jobs], dtype=np.int64),
