@@ -47,6 +47,9 @@ def test_config_validation_and_learner_hook() -> None:
     assert ok.algo_class is ApexBDQ and ok.td_errors_on_device
     assert not BDQConfig().td_errors_on_device  # plain BDQ: priorities via the metrics
     assert BDQConfig().training(device_replay=True).td_errors_on_device
+    bundles = ApexBDQ.default_resource_request(
+        ok.training(num_replay_shards=2, num_cpus_per_replay_shard=0.5)).bundles
+    assert bundles[-2:] == [{"CPU": 0.5}, {"CPU": 0.5}]  # Tune reserves the shards too
     for bad in (ApexBDQConfig().env_runners(num_env_runners=0),
                 ApexBDQConfig().env_runners(num_env_runners=1).training(num_replay_shards=2),
                 ApexBDQConfig().training(broadcast_interval=0),

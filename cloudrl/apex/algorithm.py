@@ -113,6 +113,22 @@ class ApexBDQ(Algorithm):
     def get_default_config(cls) -> ApexBDQConfig:
         return ApexBDQConfig()
 
+    @classmethod
+    def default_resource_request(cls, config: Any) -> Any:
+        """RLlib's bundles plus one ``{"CPU": num_cpus_per_replay_shard}`` per shard.
+
+        Under Tune the shard actors are created inside the trial's placement group
+        (Tune captures child actors), so they are reserved with the trial.
+        """
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+        pgf = super().default_resource_request(config)
+        cfg = config if isinstance(config, ApexBDQConfig) else \
+            cls.get_default_config().update_from_dict(config)
+        shards = [{"CPU": cfg.num_cpus_per_replay_shard}] * cfg.num_replay_shards \
+            if cfg.num_cpus_per_replay_shard > 0 else []
+        return PlacementGroupFactory(bundles=pgf.bundles + shards, strategy=pgf.strategy)
+
     # -- setup / teardown ---------------------------------------------------------------
     def setup(self, config: ApexBDQConfig) -> None:
         super().setup(config)
