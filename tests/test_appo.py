@@ -104,6 +104,7 @@ def test_algo_config_uses_the_masked_module_and_batch_sized_iterations(
     assert config.get_default_learner_class().__name__ == learner
     assert (config.num_env_runners, config.num_learners) == (0, 0)  # all in the driver
     assert config.lr == 1e-3 and config.vtrace
+    assert config.timeout_s_sampler_manager == 0.1  # remote runners: wait, do not spin
     assert config.min_time_s_per_iteration == 0
     assert config.min_sample_timesteps_per_iteration == config.total_train_batch_size == 800
     config.validate()
