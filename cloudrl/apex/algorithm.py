@@ -45,7 +45,7 @@ state, metrics with the env-step counters, the Ape-X counters); with
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import ray
@@ -75,7 +75,6 @@ APEX_RESULTS = "apex"
 SAMPLE_TAG = "apex_sample"
 WEIGHTS_TAG = "apex_weights"
 REPLAY_TAG = "replay_sample"
-PRIORITY_TAG = "replay_priorities"
 SHARD_STATE = "apex_replay_shards"
 COUNTERS_STATE = "apex_counters"
 _SHARD_PROBE_TIMEOUT_S = 0.1
@@ -89,7 +88,7 @@ class ApexCounters:
     trained_samples: int = 0
     broadcasts: int = 0
     priority_updates_sent: int = 0
-    priority_updates_dropped: int = 0
+    priority_updates_failed: int = 0
     shard_restarts: int = 0
     shard_transitions_lost: int = 0
     runner_restarts: int = 0
@@ -163,6 +162,7 @@ class ApexBDQ(Algorithm):
         self.runner_reports: dict[int, dict[str, Any]] = {}
         self._rows_lost_by_runner: dict[tuple[int, str], int] = {}
         self._latest_weights: dict[str, Any] | None = None
+        self._priority_refs: list[Any] = []
         self._broadcast_weights()
 
     def cleanup(self) -> None:
@@ -284,6 +284,18 @@ class ApexBDQ(Algorithm):
                 "sample", tag=REPLAY_TAG, kwargs={"batch_size": batch},
                 remote_actor_ids=ready * cfg.replay_requests_in_flight)
 
+    def _settle_priority_updates(self) -> None:
+        """Forget the finished priority updates; count the ones a dead shard lost."""
+        if not self._priority_refs:
+            return
+        done, self._priority_refs = ray.wait(
+            self._priority_refs, num_returns=len(self._priority_refs), timeout=0)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError:
+                self.apex_counters.priority_updates_failed += 1
+
     def _learn_on(self, shard_id: int, reply: dict[str, Any], env_steps: int) -> None:
         cfg, metrics = self.config, self.metrics
         learner = self.learner_group._learner
@@ -301,13 +313,12 @@ class ApexBDQ(Algorithm):
                     module_results.pop(TD_ERROR_KEY, None)
         metrics.aggregate(results, key=LEARNER_RESULTS)
         td_abs = learner.device_td_errors.pop(DEFAULT_MODULE_ID).detach().cpu()
-        sent = self._shards.foreach_actor_async(
-            "update_priorities", tag=PRIORITY_TAG, remote_actor_ids=[shard_id],
-            kwargs=[{"indices": reply["batch"]["indices"], "stamps": reply["stamps"],
-                     "td_abs": td_abs, "incarnation": reply["incarnation"]}])
+        # Straight to the shard's handle, not through the manager: its per-tag in-flight
+        # cap would drop updates; these are bounded by the batches fetched anyway.
+        self._priority_refs.append(self._shard_handles[shard_id].update_priorities.remote(
+            reply["batch"]["indices"], reply["stamps"], td_abs, reply["incarnation"]))
         counters = self.apex_counters
-        counters.priority_updates_sent += sent
-        counters.priority_updates_dropped += 1 - sent
+        counters.priority_updates_sent += 1
         counters.learner_updates += 1
         counters.trained_samples += int(td_abs.shape[0])
         if counters.learner_updates % cfg.broadcast_interval == 0:
@@ -324,8 +335,8 @@ class ApexBDQ(Algorithm):
         self._collect_runner_reports(0.0 if learning and in_flight else
                                      cfg.replay_fetch_timeout_s)
         env_steps = self._env_steps()
-        self._shards.fetch_ready_async_reqs(tags=[PRIORITY_TAG, WEIGHTS_TAG],
-                                            timeout_seconds=0)
+        self._shards.fetch_ready_async_reqs(tags=WEIGHTS_TAG, timeout_seconds=0)
+        self._settle_priority_updates()
         self._request_replay_batches(env_steps)
         replies = self._shards.fetch_ready_async_reqs(
             tags=REPLAY_TAG, timeout_seconds=cfg.replay_fetch_timeout_s
@@ -372,7 +383,9 @@ class ApexBDQ(Algorithm):
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         if COUNTERS_STATE in state:
-            self.apex_counters = ApexCounters(**state[COUNTERS_STATE])
+            known = {f.name for f in fields(ApexCounters)}
+            self.apex_counters = ApexCounters(
+                **{k: v for k, v in state[COUNTERS_STATE].items() if k in known})
         if SHARD_STATE in state:
             shard_states = state[SHARD_STATE]
             if len(shard_states) != len(self._shard_handles):
