@@ -35,9 +35,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _load(port: int, path: str, body: bytes, concurrency: int, seconds: float
-          ) -> tuple[list[float], int]:
-    """Latencies (s) of every request answered within ``seconds``; count of non-200s."""
+def _load(port: int, path: str, body: bytes, concurrency: int, seconds: float,
+          server_side: list[float] | None = None) -> tuple[list[float], int]:
+    """Latencies (s) of every request answered within ``seconds``; count of non-200s.
+
+    ``server_side`` collects the service's own ``latency_ms`` (seconds) of /v1/decide."""
+    server_side = [] if server_side is None else server_side
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -45,17 +48,20 @@ def _load(port: int, path: str, body: bytes, concurrency: int, seconds: float
 
     def worker() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        mine = []
+        mine, server = [], []
         while time.perf_counter() < stop:
             t0 = time.perf_counter()
             conn.request("POST", path, body, {"content-type": "application/json"})
             resp = conn.getresponse()
-            resp.read()
+            data = resp.read()
             mine.append(time.perf_counter() - t0)
             if resp.status != 200:
                 errors[0] += 1
+            elif path == "/v1/decide":
+                server.append(json.loads(data)["latency_ms"] / 1e3)
         with lock:
             latencies.extend(mine)
+            server_side.extend(server)
 
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
     for t in threads:
@@ -132,8 +138,10 @@ def main() -> None:
     rows = []
     for concurrency in (1, 8, 32):
         echo, _ = _load(port, "/echo", payload, concurrency, args.seconds)
-        decide, errors = _load(port, "/v1/decide", payload, concurrency, args.seconds)
+        server: list[float] = []
+        decide, errors = _load(port, "/v1/decide", payload, concurrency, args.seconds, server)
         rows.append({"target": "/v1/decide", "concurrency": concurrency,
+                     "server_p50_ms": 1e3 * np.percentile(server, 50),
                      "p50_ms": 1e3 * np.percentile(decide, 50),
                      "p99_ms": 1e3 * np.percentile(decide, 99),
                      "decisions_per_s": len(decide) / args.seconds,
@@ -157,7 +165,9 @@ def main() -> None:
                      f"{r['echo_req_per_s']:9.0f} {r['p50_ms'] / r['echo_p50_ms']:8.2f}x"
                      if "echo_p50_ms" in r else f"{'':9s} {'':9s} {'':9s} {'':9s}")
         print(f"{r['target']:30s} {r['concurrency']:4d} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
-              f"{r['decisions_per_s']:8.0f} {echo_cols}  errors {r['errors']}")
+              f"{r['decisions_per_s']:8.0f} {echo_cols}  errors {r['errors']}"
+              + (f"  server-side p50 {r['server_p50_ms']:.2f} ms" if "server_p50_ms" in r
+                 else ""))
     print(f"in-process observe + forward: {in_process[1]:.2f} ms per decision one at a time, "
           f"{in_process[32]:.2f} ms per decision in batches of 32")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
