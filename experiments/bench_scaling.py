@@ -1,0 +1,405 @@
+"""Scaling: Ape-X BDQ vs RLlib's synchronous BDQ over 1, 2, 4 env runners, plus a model.
+
+What it does (issue 6):
+
+1. Measured. On the branching cluster env (``cloudrl/ClusterBranching-v0``, N servers,
+   poisson workload) it builds, for 1, 2 and 4 remote env runners, both
+
+   * ``apex``: :class:`cloudrl.apex.ApexBDQ` (async runners with per-runner epsilon, one
+     replay shard actor, the local learner pulling batches asynchronously), and
+   * ``sync``: the stock BDQ algorithm (``BDQConfig`` = DQN's synchronous
+     ``training_step``: sample from all runners, add to the driver's
+     ``PrioritizedEpisodeReplayBuffer``, one learner update, repeat),
+
+   from the same ``cloudrl.training.build_algo_config`` settings (8 vectorized envs per
+   runner, DQN's ``rollout_fragment_length="auto"`` = n_step = 3, i.e. 24 env steps per
+   ``sample()`` call, batch 64, hidden 128, learning starts after 1000 env steps). Each
+   configuration trains for a warm-up (until the learner has updated and ``--warmup`` s
+   have passed), then for a fixed wall-clock window (``--window`` s); the window's env
+   steps/s and learner updates/s (calls of ``learner_group.update``, one gradient step
+   on one batch each) are reported, with the driver's CPU use and the share of the window
+   the driver spent inside learner updates. Ray gets ``num_cpus=8`` (``--num-cpus``) on
+   the 2-core machine: every runner asks for 1 CPU, the shard for 1, so 4 runners + shard
+   + driver oversubscribe the 2 cores ~3x. Scaling efficiency = throughput(2) /
+   throughput(1) (the issue's target for Ape-X: >= 1.7x).
+
+2. Model. In-process, single torch thread, it times the pieces one Ape-X shard and the
+   learner are made of: ``ReplayShard.add`` of one runner fragment (F = 24 rows, with
+   the initial-priority forward pass under real weights), ``ReplayShard.sample(64)``,
+   ``ReplayShard.update_priorities`` of 64, and one learner update of 64 (the local
+   ``BDQTorchLearner``), and r = env steps/s of one un-starved runner (a
+   ``SingleAgentEnvRunner`` sampling alone in-process for 15 s, with the conversion to
+   shard rows). With R runners, S shards and 1 learner, each on its own core:
+
+   * runner demand:  E_R = R * r env steps/s;
+   * learner demand: U_L = 1 / t_update updates/s (Ape-X learns as fast as it can);
+   * a shard is one single-threaded actor serving adds and samples FIFO; its load at
+     those demands is rho = (E_R / S / F) * t_add + (U_L / S) * (t_sample + t_prio);
+   * rho <= 1: E = E_R (linear in R) and U = U_L (flat); rho > 1: the shards saturate
+     and, serving FIFO, slow both by 1/rho: E = E_R / rho, U = U_L / rho. The ceiling of
+     env steps/s is S * F / t_add (shards doing nothing but adds).
+
+   Not modelled: the driver's per-report cost (one small report per ``sample()`` call of
+   every runner; at 128 runners x ~30 reports/s each this also becomes a driver load),
+   weight broadcasts (one ``ray.put`` per 4 updates, fanned out to R runners), the
+   network. The reference system (Horgan et al., Ape-X) claims ~20x the env throughput
+   of a single node with linear actor scaling up to hundreds of actors; the model says
+   how far linear goes here before the shards or the learner cap it.
+
+How to run (starts its own Ray; ~10-12 minutes with the defaults)::
+
+    .venv/bin/python experiments/bench_scaling.py [--n-servers 15] [--runners 1 2 4]
+        [--warmup 15] [--window 45] [--num-cpus 8] [--max-replay-ratio X]
+        [--kinds apex sync] [--model-only]
+
+Results measured 2026-11-22 03:39-03:51 on the 2-core dev machine, N=15, 40 s windows
+after >= 15 s warm-up (``--window 40``), Ray num_cpus=8 (1 CPU per runner and per shard,
+so 4 runners oversubscribe the 2 cores). The machine was SHARED: another engineer's
+``cloudrl train --algo apex_bdq`` with 2 runners ran during the first run (``uptime``
+load average 2.0 before, 1.4-4.3 during, 2.7 after), so absolute rates are low and
+noisy. Default run (Ape-X learner unthrottled, ``max_replay_ratio`` None)::
+
+    algo  runners  env steps/s  updates/s  ms/update learn share driver cores replay ratio
+    apex        1           70       5.67      134.0        0.76         1.03        5.164
+    sync        1          126       5.23       68.4        0.36         0.95        2.667
+    apex        2          186       7.74       68.6        0.53         1.01        2.667
+    sync        2          166       3.45       93.5        0.32         0.83        1.333
+    apex        4          224       3.88      135.5        0.53         0.74        1.110
+    sync        4          228       2.37       98.1        0.23         0.71        0.667
+    scaling 1->2 runners (env steps/s, updates/s): apex 2.65x / 1.37x, sync 1.32x / 0.66x
+            1->4 runners:                          apex 3.18x / 0.68x, sync 1.82x / 0.45x
+
+The 2.65x of Ape-X is not real scaling: with one runner its free-running learner took
+0.76 of the window (replay ratio 5.2) and starved the runner on 2 cores; with two the
+learner's share fell. Throttled (``--kinds apex --runners 1 2 --max-replay-ratio 1``)::
+
+    apex        1          318       4.94       61.8        0.31         0.64        0.996
+    apex        2          385       6.02       58.1        0.35         0.75        1.000
+    scaling 1->2 runners: 1.21x / 1.22x (target 1.7x: missed; 2 cores for 2 runners,
+    shard, learner and the other engineer's training)
+
+Model (second run's inputs: F=24, t_add 9.0 ms, t_sample(64) 0.44 ms, t_prio(64)
+0.43 ms, t_update(64) 45.8 ms, r = 773 env steps/s per un-starved runner; shard add
+ceiling 2661 env steps/s per shard, learner 21.8 updates/s)::
+
+    runners shards  env steps/s x 1 runner  updates/s shard load  bound
+         16      1         2651        3.4        4.7       4.67  shards
+         16      4        10603       13.7       18.7       1.17  shards
+         16      8        12372       16.0       21.8       0.58  runners (linear)
+         64      1         2659        3.4        1.2      18.61  shards
+         64      4        10635       13.8        4.7       4.65  shards
+         64      8        21270       27.5        9.4       2.33  shards
+        128      1         2660        3.4        0.6      37.21  shards
+        128      4        10640       13.8        2.3       9.30  shards
+        128      8        21281       27.5        4.7       4.65  shards
+
+The shards, not the learner, cap it: one add of a 24-row fragment costs ~9-13 ms, mostly
+the initial-priority forward pass (online + target net on obs and next obs), i.e. a
+shard stores ~2.7k env steps/s, ~3.4 runners' worth. Linear scaling holds up to about
+3.4 runners per shard; 128 runners x 8 shards reach ~28x one runner (the Ape-X paper's
+~20x over one node is within reach only with >= 6 shards), and a saturated shard also
+slows the learner's sampling (updates/s fall with 1/load) because adds and samples
+share the shard's one thread. A first run of the model with r taken from the starved
+Ape-X 1-runner row (70 env steps/s) said "linear to 128 runners with 8 shards" -- the
+per-runner rate must be the un-starved one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from cloudrl.apex import ApexBDQConfig, ReplayShard
+from cloudrl.bdq_training import replay_batch
+from cloudrl.replay import ReplayConfig
+from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
+from envs.cluster_env import ClusterBranchingEnv
+from models.bdq import BDQTorchRLModule
+
+BATCH = 64
+N_STEP = 3
+ENVS_PER_RUNNER = 8
+HIDDEN = 128
+LEARNING_STARTS = 1000
+
+
+def algo_config(kind: str, runners: int, n_servers: int,
+                max_replay_ratio: float | None = None) -> Any:
+    """``build_algo_config``'s BDQ; for ``apex`` the same settings in an ApexBDQConfig."""
+    cfg = TrainConfig(algo="bdq", env={"n_servers": n_servers, "workload": {"kind": "poisson"}},
+                      num_env_runners=runners, env_steps=1_000_000,
+                      envs_per_runner=ENVS_PER_RUNNER, hidden=HIDDEN,
+                      hparams={"num_steps_sampled_before_learning_starts": LEARNING_STARTS,
+                               "train_batch_size_per_learner": BATCH, "n_step": N_STEP})
+    config = build_algo_config(cfg)
+    config.env_runners(num_cpus_per_env_runner=1.0)
+    if kind == "sync":
+        return config
+    apex = ApexBDQConfig().update_from_dict(config.to_dict())
+    assert apex.env_config == config.env_config and apex.num_env_runners == runners
+    return apex.training(num_replay_shards=1, num_cpus_per_replay_shard=1.0,
+                         replay_shard_capacity=100_000, max_replay_ratio=max_replay_ratio)
+
+
+def bench(kind: str, runners: int, n_servers: int, warmup_s: float, window_s: float,
+          max_replay_ratio: float | None = None) -> dict[str, Any]:
+    """Warm-up, then ``window_s`` of ``algo.train()``: env steps/s and learner updates/s."""
+    t0 = time.perf_counter()
+    algo = algo_config(kind, runners, n_servers, max_replay_ratio).build_algo()
+    build_s = time.perf_counter() - t0
+    updates, update_s = [0], [0.0]
+    original = algo.learner_group.update
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            updates[0] += 1
+            update_s[0] += time.perf_counter() - start
+
+    algo.learner_group.update = counted
+    try:
+        start = time.perf_counter()
+        result = algo.train()
+        while (updates[0] == 0 or time.perf_counter() - start < warmup_s) and \
+                time.perf_counter() - start < 4 * warmup_s + 60:
+            result = algo.train()
+        steps0, upd0, upd_s0 = env_steps_of(result), updates[0], update_s[0]
+        t0, c0 = time.perf_counter(), time.process_time()
+        iters = 0
+        while time.perf_counter() - t0 < window_s:
+            result = algo.train()
+            iters += 1
+        elapsed, driver_cpu = time.perf_counter() - t0, time.process_time() - c0
+        steps = env_steps_of(result) - steps0
+        n_upd = updates[0] - upd0
+        learn_s = update_s[0] - upd_s0
+    finally:
+        algo.stop()
+    return {"kind": kind, "runners": runners, "build_s": build_s, "seconds": elapsed,
+            "iters": iters, "steps_per_s": steps / elapsed, "updates_per_s": n_upd / elapsed,
+            "ms_per_update": 1000 * learn_s / max(1, n_upd),
+            "learn_share": learn_s / elapsed, "driver_cores": driver_cpu / elapsed,
+            "replay_ratio": n_upd * BATCH / max(1, steps)}
+
+
+# -- in-process costs for the model -----------------------------------------------------------
+
+def fragment_rows(env: ClusterBranchingEnv, n: int, seed: int, stream: int) -> dict[str, Any]:
+    """``n`` single-step rows as ``episodes_to_transitions`` makes them (real obs shapes)."""
+    space = env.observation_space
+    space.seed(seed)
+    obs = [space.sample() for _ in range(n + 1)]
+    stack = {k: np.stack([o[k] for o in obs]).astype(np.float32) for k in obs[0]}
+    stack["action_mask"] = np.ones_like(stack["action_mask"])
+    rng = np.random.default_rng(seed)
+    return {"obs": {k: v[:-1] for k, v in stack.items()},
+            "next_obs": {k: v[1:] for k, v in stack.items()},
+            "action": rng.integers(0, np.asarray(env.branch_sizes),
+                                   size=(n, len(env.branch_sizes))).astype(np.int64),
+            "reward": rng.normal(size=n).astype(np.float32),
+            "terminated": np.zeros(n, dtype=bool), "truncated": np.zeros(n, dtype=bool),
+            "stream_id": np.full(n, stream, dtype=np.int64)}
+
+
+def median_s(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def runner_rate(n_servers: int, seconds: float) -> float:
+    """Env steps/s of one env runner in-process (sample + rows for the shard), 1 thread."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
+
+    torch.set_num_threads(1)
+    config = algo_config("apex", 1, n_servers)
+    runner = SingleAgentEnvRunner(config=config, worker_index=1)
+    streams = EpisodeStreams(2 * ENVS_PER_RUNNER)
+    for _ in range(5):
+        runner.sample()
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        episodes = runner.sample()
+        steps += sum(len(ep) for ep in episodes)
+        episodes_to_transitions(episodes, streams)
+        runner.get_metrics()
+    rate = steps / (time.perf_counter() - t0)
+    runner.stop()
+    return rate
+
+
+def component_costs(n_servers: int, reps: int = 60) -> dict[str, float]:
+    """Seconds per shard add (one fragment), sample (64), priority update, learner update."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    env = ClusterBranchingEnv({"n_servers": n_servers})
+    streams = 2 * ENVS_PER_RUNNER
+    model_config = {"encoder": {"hidden": HIDDEN}, "head_hiddens": [HIDDEN]}
+    spec = RLModuleSpec(module_class=BDQTorchRLModule, observation_space=env.observation_space,
+                        action_space=env.action_space, model_config=model_config)
+    config = (ApexBDQConfig()
+              .environment(observation_space=env.observation_space,
+                           action_space=env.action_space)
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=ENVS_PER_RUNNER)
+              .rl_module(rl_module_spec=spec)
+              .training(n_step=N_STEP, train_batch_size_per_learner=BATCH, lr=5e-4,
+                        num_replay_shards=1))
+    learner = config.build_learner(env=env)
+    module = learner.module[DEFAULT_MODULE_ID]
+    shard = ReplayShard(0, 1, ReplayConfig(capacity=100_000, n_step=N_STEP, gamma=0.99,
+                                           num_streams=streams),
+                        env.observation_space, env.action_space, spec,
+                        streams_per_runner=streams)
+    shard.set_weights(module.get_state(), version=0)
+    fragment = N_STEP * ENVS_PER_RUNNER
+    pool = [fragment_rows(env, fragment, seed, seed % streams) for seed in range(16)]
+    for rows in pool * 8:  # ~3k transitions stored before timing
+        shard.add(rows, runner_index=1, incarnation="bench")
+    it = iter(range(10**9))
+    t_add = median_s(lambda: shard.add(pool[next(it) % len(pool)], runner_index=1,
+                                       incarnation="bench"), reps)
+    t_sample = median_s(lambda: shard.sample(BATCH), reps)
+    reply = shard.sample(BATCH)
+    td = torch.rand(BATCH)
+    t_prio = median_s(lambda: shard.update_priorities(
+        reply["batch"]["indices"], reply["stamps"], td, reply["incarnation"]), reps)
+    sample = {k: v for k, v in reply["batch"].items() if k != "indices"}
+    ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
+
+    def update() -> None:
+        learner.update(batch=replay_batch(sample), timesteps=ts)
+        learner.device_td_errors.pop(DEFAULT_MODULE_ID, None)
+
+    t_update = median_s(update, max(10, reps // 3))
+    return {"fragment": float(fragment), "t_add": t_add, "t_sample": t_sample,
+            "t_prio": t_prio, "t_update": t_update}
+
+
+def predict(runners: int, shards: int, rate: float, c: dict[str, float]) -> dict[str, Any]:
+    """The throughput model of the module docstring."""
+    demand_e = runners * rate
+    demand_u = 1.0 / c["t_update"]
+    rho = (demand_e / shards / c["fragment"]) * c["t_add"] + \
+        (demand_u / shards) * (c["t_sample"] + c["t_prio"])
+    slow = max(1.0, rho)
+    return {"runners": runners, "shards": shards, "env_steps_per_s": demand_e / slow,
+            "updates_per_s": demand_u / slow, "shard_load": rho,
+            "bound": "shards" if rho > 1 else "runners (linear)"}
+
+
+def print_model(costs: dict[str, float], rate: float, measured_1: float | None) -> None:
+    f = costs["fragment"]
+    print(f"\nmodel inputs (in-process, 1 torch thread): fragment F={f:.0f} rows, "
+          f"t_add={1000 * costs['t_add']:.2f} ms, t_sample(64)="
+          f"{1000 * costs['t_sample']:.2f} ms, t_prio(64)={1000 * costs['t_prio']:.2f} ms, "
+          f"t_update(64)={1000 * costs['t_update']:.1f} ms; per-runner rate r={rate:.0f} "
+          "env steps/s")
+    print(f"shard add ceiling S*F/t_add = S x {f / costs['t_add']:.0f} env steps/s; learner "
+          f"1/t_update = {1 / costs['t_update']:.1f} updates/s "
+          f"({BATCH / costs['t_update']:.0f} samples/s)")
+    print(f"{'runners':>7} {'shards':>6} {'env steps/s':>12} {'x 1 runner':>10} "
+          f"{'updates/s':>10} {'shard load':>10} {'replay ratio':>12}  bound")
+    for runners in (16, 64, 128):
+        for shards in (1, 4, 8):
+            p = predict(runners, shards, rate, costs)
+            ratio = p["updates_per_s"] * BATCH / p["env_steps_per_s"]
+            print(f"{runners:>7} {shards:>6} {p['env_steps_per_s']:>12.0f} "
+                  f"{p['env_steps_per_s'] / rate:>10.1f} {p['updates_per_s']:>10.1f} "
+                  f"{p['shard_load']:>10.2f} {ratio:>12.3f}  {p['bound']}")
+    best = predict(128, 8, rate, costs)["env_steps_per_s"]
+    print(f"reference (Ape-X paper): ~20x one node, linear in actors. Model at 128 runners, "
+          f"8 shards: {best / rate:.0f}x one runner"
+          + (f" (measured 1-runner rate here: {measured_1:.0f} env steps/s)"
+             if measured_1 else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-servers", type=int, default=15)
+    parser.add_argument("--runners", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--kinds", nargs="+", default=["apex", "sync"],
+                        choices=("apex", "sync"))
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--window", type=float, default=45.0)
+    parser.add_argument("--num-cpus", type=int, default=8)
+    parser.add_argument("--max-replay-ratio", type=float, default=None,
+                        help="Ape-X max_replay_ratio (default None: the learner runs free)")
+    parser.add_argument("--model-only", action="store_true", help="skip the Ray runs")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="per-runner env steps/s for the model (default: measured "
+                             "in-process, one runner sampling alone)")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+
+    rows: list[dict[str, Any]] = []
+    if not args.model_only:
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False)
+        for runners in args.runners:
+            for kind in args.kinds:
+                row = bench(kind, runners, args.n_servers, args.warmup, args.window,
+                            args.max_replay_ratio)
+                rows.append(row)
+                print(f"{kind} runners={runners}: {row['steps_per_s']:.0f} env steps/s, "
+                      f"{row['updates_per_s']:.2f} updates/s (load {os.getloadavg()[0]:.1f})",
+                      flush=True)
+        ray.shutdown()
+
+    costs = component_costs(args.n_servers)
+    rate = args.rate or runner_rate(args.n_servers, seconds=15.0)
+    print(f"load average after: {os.getloadavg()}")
+
+    if rows:
+        print(f"\nN={args.n_servers}, poisson, {ENVS_PER_RUNNER} envs/runner, batch {BATCH}, "
+              f"window {args.window:.0f} s after >= {args.warmup:.0f} s warm-up, "
+              f"ray num_cpus={args.num_cpus} on {os.cpu_count()} cores")
+        print(f"{'algo':<5} {'runners':>7} {'env steps/s':>12} {'updates/s':>10} "
+              f"{'ms/update':>10} {'learn share':>11} {'driver cores':>12} {'replay ratio':>12}")
+        for r in rows:
+            print(f"{r['kind']:<5} {r['runners']:>7} {r['steps_per_s']:>12.0f} "
+                  f"{r['updates_per_s']:>10.2f} {r['ms_per_update']:>10.1f} "
+                  f"{r['learn_share']:>11.2f} {r['driver_cores']:>12.2f} "
+                  f"{r['replay_ratio']:>12.3f}")
+        print("\nscaling vs 1 runner (env steps/s ratio, updates/s ratio):")
+        for kind in args.kinds:
+            by_r = {r["runners"]: r for r in rows if r["kind"] == kind}
+            if 1 not in by_r:
+                continue
+            base = by_r[1]
+            parts = [f"{n} runners: {by_r[n]['steps_per_s'] / base['steps_per_s']:.2f}x / "
+                     f"{by_r[n]['updates_per_s'] / max(1e-9, base['updates_per_s']):.2f}x"
+                     for n in sorted(by_r) if n != 1]
+            print(f"  {kind:<5} " + "; ".join(parts))
+        apex_1 = next((r for r in rows if r["kind"] == "apex" and r["runners"] == 1), None)
+        sync = {r["runners"]: r for r in rows if r["kind"] == "sync"}
+        for r in rows:
+            if r["kind"] == "apex" and r["runners"] in sync:
+                s = sync[r["runners"]]
+                print(f"  apex / sync at {r['runners']} runners: env steps/s "
+                      f"{r['steps_per_s'] / s['steps_per_s']:.2f}x, updates/s "
+                      f"{r['updates_per_s'] / max(1e-9, s['updates_per_s']):.2f}x")
+    else:
+        apex_1 = None
+    print_model(costs, rate, apex_1["steps_per_s"] if apex_1 else None)
+
+
+if __name__ == "__main__":
+    main()
