@@ -16,16 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cloudrl.checkpoint_policy import META_FILE
+from cloudrl.config import ConfigError
 from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
-Algo = Literal["ppo", "dqn", "bdq", "appo", "impala"]
-ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq", "appo", "impala")
-BRANCHING_ALGOS = frozenset({"bdq"})
+Algo = Literal["ppo", "dqn", "bdq", "appo", "impala", "apex_bdq"]
+ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq", "appo", "impala", "apex_bdq")
+BRANCHING_ALGOS = frozenset({"bdq", "apex_bdq"})
 # RLlib's asynchronous actor-learner algorithms (V-trace); see ``_async_settings``.
 ASYNC_ALGOS = frozenset({"appo", "impala"})
 
@@ -51,8 +52,16 @@ class TrainConfig(BaseModel):
     hparams: dict[str, Any] = Field(default_factory=dict)
     checkpoint_dir: str | None = None
 
+    @model_validator(mode="after")
+    def _apex_has_actors(self) -> TrainConfig:
+        if self.algo == "apex_bdq" and self.num_env_runners < 1:
+            raise ValueError("num_env_runners: apex_bdq samples on remote env runners "
+                             "(its actors); give at least 1")
+        return self
+
     def interface(self) -> str:
-        """BDQ acts on the branching interface; PPO, DQN, APPO and IMPALA on the flat one."""
+        """BDQ and Ape-X BDQ act on the branching interface; PPO, DQN, APPO and IMPALA on
+        the flat one."""
         return "branching" if self.algo in BRANCHING_ALGOS else "flat"
 
     def train_env_config(self) -> dict[str, Any]:
@@ -135,7 +144,19 @@ def _algo_parts(cfg: TrainConfig) -> tuple[Any, type, dict[str, Any]]:
         return APPOConfig(), MaskedAPPOTorchRLModule, _appo_defaults()
     if cfg.algo == "impala":
         return IMPALAConfig(), MaskedPPOTorchRLModule, _impala_defaults()
+    if cfg.algo == "apex_bdq":
+        from cloudrl.apex import ApexBDQConfig
+        return ApexBDQConfig(), BDQTorchRLModule, _apex_bdq_defaults(cfg)
     return BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
+
+
+def _apex_bdq_defaults(cfg: TrainConfig) -> dict[str, Any]:
+    """BDQ's settings; exploration is Ape-X's per-actor constant epsilon (no schedule), and
+    there are as many replay shards as actors, at most 2."""
+    hp = _bdq_defaults(cfg.env_steps)
+    hp.pop("epsilon")
+    hp["num_replay_shards"] = min(2, cfg.num_env_runners)
+    return hp
 
 
 def _async_settings(config: Any) -> None:
@@ -223,11 +244,32 @@ def write_meta(path: Path, cfg: TrainConfig) -> None:
     (path / META_FILE).write_text(json.dumps(meta, indent=1))
 
 
+def check_cluster_fits(config: Any) -> None:
+    """Fail fast, naming the knobs, when the run's actors need more CPUs than Ray has.
+
+    Without this an oversized request (say 2 env runners and 2 replay shards at 1 CPU
+    each on a 2-CPU laptop) waits forever for actors Ray cannot place. The driver's own
+    bundle (the first) is not counted: outside Tune the driver is this process.
+    """
+    import ray
+
+    bundles = config.algo_class.default_resource_request(config).bundles[1:]
+    need = sum(float(b.get("CPU", 0.0)) for b in bundles)
+    have = float(ray.cluster_resources().get("CPU", 0.0))
+    if need > have + 1e-9:
+        raise ConfigError(
+            f"the run's actors need {need:g} CPUs, the Ray cluster has {have:g}: lower "
+            "num_env_runners, or the CPUs per actor (env_runners num_cpus_per_env_runner, "
+            "hparams num_cpus_per_replay_shard for apex_bdq)")
+
+
 def train(cfg: TrainConfig,
           on_iteration: Callable[[int, dict[str, float]], None] | None = None,
           ) -> tuple[Path, list[dict[str, float]]]:
     """Train to ``cfg.env_steps``; returns (checkpoint dir, per-iteration metrics)."""
-    algo = build_algo_config(cfg).build_algo()
+    config = build_algo_config(cfg)
+    check_cluster_fits(config)
+    algo = config.build_algo()
     history: list[dict[str, float]] = []
     start = time.perf_counter()
     try:

@@ -94,3 +94,37 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
 def test_cli_train_rejects_bad_hparams_json(capsys):
     assert main(["train", "--hparams", "{not json"]) == 2
     assert "--hparams is not valid JSON" in capsys.readouterr().err
+
+
+def test_apex_bdq_needs_remote_actors_and_a_cluster_that_fits_them():
+    with pytest.raises(ValueError, match="num_env_runners: apex_bdq"):
+        TrainConfig(algo="apex_bdq")
+    cfg = TrainConfig(algo="apex_bdq", num_env_runners=2)
+    assert cfg.interface() == "branching"
+    assert build_algo_config(cfg).num_replay_shards == 2
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_oversized_actor_request_fails_fast_naming_the_knobs():
+    from cloudrl.config import ConfigError
+    from cloudrl.training import check_cluster_fits
+
+    cfg = TrainConfig(algo="apex_bdq", num_env_runners=2)  # 2 runners + 2 shards at 1 CPU
+    with pytest.raises(ConfigError, match="need 4 CPUs, the Ray cluster has 2"):
+        check_cluster_fits(build_algo_config(cfg))
+    fits = TrainConfig(algo="apex_bdq", num_env_runners=2,
+                       hparams={"num_cpus_per_replay_shard": 0})
+    check_cluster_fits(build_algo_config(fits))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_cli_train_apex_bdq_then_evaluate(tmp_path, capsys):
+    out = tmp_path / "apex"
+    hparams = {"train_batch_size_per_learner": 16, "num_steps_sampled_before_learning_starts": 100,
+               "num_cpus_per_replay_shard": 0}
+    code = main(["train", "--algo", "apex_bdq", "--num-env-runners", "2", "--n-servers", "5",
+                 "--episode-length", "50", "--env-steps", "300", "--hparams",
+                 json.dumps(hparams), "--out", str(out), "--eval-seeds", "2"])
+    assert code == 0 and is_checkpoint(out)
+    table = capsys.readouterr().out
+    assert "apex_bdq:apex" in table and "interface branching" in table
