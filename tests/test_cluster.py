@@ -457,3 +457,23 @@ def test_train_job_succeeds(local_cluster: LocalCluster) -> None:
     assert f"checkpoint: {ckpt}" in logs
     meta = json.loads((ckpt / "cloudrl.json").read_text())
     assert meta["env"]["sim"]["episode_length"] == 50
+
+
+@pytest.mark.slow
+def test_apex_bdq_train_job_succeeds(local_cluster: LocalCluster) -> None:
+    """The distributed Ape-X BDQ (2 async actors, 2 replay shard actors) as a Ray job."""
+    ckpt = local_cluster.out_dir / "apex"
+    sid = f"cloudrl-apex-{uuid.uuid4().hex[:8]}"
+    hparams = json.dumps({"train_batch_size_per_learner": 16,
+                          "num_steps_sampled_before_learning_starts": 100,
+                          "num_cpus_per_replay_shard": 0})
+    entry = ["python", "-m", "cloudrl", "train", "--algo", "apex_bdq", "--num-env-runners",
+             "2", "--n-servers", "5", "--episode-length", "50", "--env-steps", "300",
+             "--hparams", hparams, "--out", str(ckpt)]
+    res = local_cluster.submit(sid, entry, timeout=600)
+    logs = res.stdout + res.stderr
+    assert res.returncode == 0, logs[-4000:]
+    assert _job_status(local_cluster, sid) == "SUCCEEDED"
+    iters = re.findall(r"^iter\s+\d+\s+env_steps\s+(\d+)", logs, re.M)
+    assert iters and int(iters[-1]) >= 300, logs[-4000:]
+    assert json.loads((ckpt / "cloudrl.json").read_text())["algo"] == "apex_bdq"
