@@ -83,7 +83,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     overrides: dict[str, Any] = {"env": _env_overrides(args)}
     for key in ("algo", "env_steps", "num_env_runners", "num_learners", "run_seed",
-                "num_gpus_per_learner"):
+                "num_gpus_per_learner", "checkpoint_every"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.hparams:
@@ -93,6 +93,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--hparams is not valid JSON: {e}") from None
     if args.out:
         overrides["checkpoint_dir"] = args.out
+    if args.resume:
+        overrides["resume"] = True
     cfg = load_config(TrainConfig, args.config, overrides)
     init_ray()
 
@@ -226,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GPUs for the learner (cluster; default 0 = CPU)")
     tr.add_argument("--hparams", help="JSON dict passed to AlgorithmConfig.training()")
     tr.add_argument("--out", help="checkpoint directory")
+    tr.add_argument("--checkpoint-every", type=int,
+                    help="checkpoint every k iterations (default 0: at the end only)")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue from the checkpoint in --out (e.g. after the driver died)")
     tr.add_argument("--eval-seeds", type=int, default=0,
                     help="after training, evaluate on this many test seeds vs the heuristics")
     tr.set_defaults(func=_cmd_train)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cloudrl.checkpoint_policy import META_FILE
+from cloudrl.checkpoint_policy import META_FILE, is_checkpoint
 from cloudrl.config import ConfigError
 from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
@@ -51,6 +51,10 @@ class TrainConfig(BaseModel):
     hidden: int = Field(default=128, ge=8)
     hparams: dict[str, Any] = Field(default_factory=dict)
     checkpoint_dir: str | None = None
+    checkpoint_every: int = Field(default=0, ge=0,
+                                  description="checkpoint every k iterations (0: at the end)")
+    resume: bool = Field(default=False,
+                         description="start from the checkpoint in checkpoint_dir if present")
 
     @model_validator(mode="after")
     def _apex_has_actors(self) -> TrainConfig:
@@ -263,16 +267,33 @@ def check_cluster_fits(config: Any) -> None:
             "hparams num_cpus_per_replay_shard for apex_bdq)")
 
 
+def checkpoint_path(cfg: TrainConfig) -> Path:
+    """Where ``train`` writes (and, with ``resume``, reads) the checkpoint of ``cfg``."""
+    wl = cfg.env.workload.kind
+    return Path(cfg.checkpoint_dir or
+                f"results/checkpoints/{cfg.algo}_{wl}_n{cfg.env.sim.fleet.n_servers}"
+                f"_s{cfg.run_seed}").resolve()
+
+
 def train(cfg: TrainConfig,
           on_iteration: Callable[[int, dict[str, float]], None] | None = None,
           ) -> tuple[Path, list[dict[str, float]]]:
-    """Train to ``cfg.env_steps``; returns (checkpoint dir, per-iteration metrics)."""
+    """Train to ``cfg.env_steps``; returns (checkpoint dir, per-iteration metrics).
+
+    With ``checkpoint_every=k`` the run checkpoints every k iterations; with ``resume``
+    it starts from the checkpoint at :func:`checkpoint_path` when there is one (weights,
+    optimizer, replay state RLlib keeps, and the env-step counter), so a run whose driver
+    died goes on where its last checkpoint left it.
+    """
     config = build_algo_config(cfg)
     check_cluster_fits(config)
     algo = config.build_algo()
+    out = checkpoint_path(cfg)
     history: list[dict[str, float]] = []
     start = time.perf_counter()
     try:
+        if cfg.resume and is_checkpoint(out):
+            algo.restore_from_path(str(out))
         steps, it = 0, 0
         while steps < cfg.env_steps:
             result = algo.train()
@@ -283,10 +304,9 @@ def train(cfg: TrainConfig,
             history.append(metrics)
             if on_iteration:
                 on_iteration(it, metrics)
-        wl = cfg.env.workload.kind
-        out = Path(cfg.checkpoint_dir or
-                   f"results/checkpoints/{cfg.algo}_{wl}_n{cfg.env.sim.fleet.n_servers}"
-                   f"_s{cfg.run_seed}").resolve()
+            if cfg.checkpoint_every and it % cfg.checkpoint_every == 0 and steps < cfg.env_steps:
+                algo.save_to_path(str(out))
+                write_meta(out, cfg)
         algo.save_to_path(str(out))
         write_meta(out, cfg)
     finally:

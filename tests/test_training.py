@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -128,3 +129,17 @@ def test_cli_train_apex_bdq_then_evaluate(tmp_path, capsys):
     assert code == 0 and is_checkpoint(out)
     table = capsys.readouterr().out
     assert "apex_bdq:apex" in table and "interface branching" in table
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_resume_continues_the_env_step_counter_from_the_last_checkpoint(tmp_path, capsys):
+    out = tmp_path / "ppo"
+    base = ["train", "--algo", "ppo", "--n-servers", "5", "--episode-length", "50",
+            "--hparams", json.dumps(TINY_PPO), "--out", str(out), "--checkpoint-every", "1"]
+    assert main([*base, "--env-steps", "128"]) == 0
+    first = [int(x) for x in re.findall(r"env_steps\s+(\d+)", capsys.readouterr().out)]
+    assert first[-1] >= 128
+    assert main([*base, "--env-steps", "256", "--resume"]) == 0
+    resumed = [int(x) for x in re.findall(r"env_steps\s+(\d+)", capsys.readouterr().out)]
+    assert resumed[0] > first[-1]  # counted on from the checkpoint, not from zero
+    assert resumed[-1] >= 256 and len(resumed) < len(first) + 3
