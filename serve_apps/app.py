@@ -178,13 +178,10 @@ class DecisionService:
                 routed.append((shield, shield.policy.observe(state)))
             except StateError as e:
                 raise StateError(f"states[{i}].{e.field}", e.message) from None
-        outcomes = await self._batched_many(routed)
+        outcomes = await asyncio.gather(*(self._batched(item) for item in routed))
         return DecideBatchResponse(decisions=[
             self._response(shield, obs, outcome, start)
             for (shield, obs), outcome in zip(routed, outcomes, strict=True)])
-
-    async def _batched_many(self, items: list[tuple[Shield, dict]]) -> list[Outcome]:
-        return list(await asyncio.gather(*(self._batched(item) for item in items)))
 
     def _response(self, shield: Shield, obs: dict, outcome: Outcome, start: float
                   ) -> DecideResponse:
