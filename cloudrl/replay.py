@@ -329,6 +329,38 @@ class DeviceReplayBuffer:
             self._repend(seq, order, stream, incomplete)
         return n_new
 
+    def insert(self, transitions: Mapping[str, Any], td_abs: Any = None) -> int:
+        """Store complete transitions (the layout :meth:`transitions` returns) as they are.
+
+        For producers that assemble n-step windows themselves (Ape-X actors): no n-step
+        work, no pending rows. They go to the ring slots from ``next_slot`` on, in order,
+        with priority ``(|td_abs| + eps) ** alpha``, or the maximum so far when ``td_abs``
+        is None. A call with more rows than the ring keeps the last ``capacity``.
+        Returns the number of transitions stored.
+        """
+        cap = self.config.capacity
+        n = len(transitions["rewards"])
+        keep = slice(max(0, n - cap), n)
+        rows = {k: ({kk: vv[keep] for kk, vv in v.items()} if isinstance(v, Mapping)
+                    else v[keep]) for k, v in transitions.items() if k != "weights"}
+        n = len(rows["rewards"])
+        if n == 0:
+            return 0
+        slot = (self._ptr + torch.arange(n, device=self.device)) % cap
+        self._write_obs(slot, rows["obs"], rows["next_obs"])
+        self._action.index_copy_(0, slot, self._to_device(rows["actions"], self.action_dtype)
+                                 .reshape(n, *self.action_shape))
+        for store, key in ((self._reward, "rewards"), (self._done, "dones"),
+                           (self._discount, "discounts")):
+            store.index_copy_(0, slot, self._to_device(rows[key], torch.float32))
+        if td_abs is None:
+            self._trees.set(slot, self._max_priority.expand(n))
+        else:
+            self.update_priorities(slot, self._to_device(td_abs, torch.float64)[keep])
+        self._ptr = (self._ptr + n) % cap
+        self._size = torch.clamp(self._size + n, max=cap)
+        return n
+
     def discard_pending(self, stream_ids: Any) -> None:
         """Drop the held-back rows of ``stream_ids`` (their episodes will never continue).
 

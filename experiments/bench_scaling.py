@@ -121,6 +121,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from cloudrl.apex import ApexBDQConfig, ReplayShard
+from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.bdq_training import replay_batch
 from cloudrl.replay import ReplayConfig
 from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
@@ -135,8 +136,9 @@ LEARNING_STARTS = 1000
 
 
 def algo_config(kind: str, runners: int, n_servers: int,
-                max_replay_ratio: float | None = None) -> Any:
-    """``build_algo_config``'s BDQ; for ``apex`` the same settings in an ApexBDQConfig."""
+                max_replay_ratio: float | None = None, fragment: int | None = None) -> Any:
+    """``build_algo_config``'s BDQ; for ``apex`` the same settings in an ApexBDQConfig
+    (``fragment``: its ``rollout_fragment_length`` per env; None: DQN's auto = n_step)."""
     cfg = TrainConfig(algo="bdq", env={"n_servers": n_servers, "workload": {"kind": "poisson"}},
                       num_env_runners=runners, env_steps=1_000_000,
                       envs_per_runner=ENVS_PER_RUNNER, hidden=HIDDEN,
@@ -148,15 +150,18 @@ def algo_config(kind: str, runners: int, n_servers: int,
         return config
     apex = ApexBDQConfig().update_from_dict(config.to_dict())
     assert apex.env_config == config.env_config and apex.num_env_runners == runners
+    if fragment:
+        apex.env_runners(rollout_fragment_length=fragment)
     return apex.training(num_replay_shards=1, num_cpus_per_replay_shard=1.0,
                          replay_shard_capacity=100_000, max_replay_ratio=max_replay_ratio)
 
 
 def bench(kind: str, runners: int, n_servers: int, warmup_s: float, window_s: float,
-          max_replay_ratio: float | None = None) -> dict[str, Any]:
+          max_replay_ratio: float | None = None, fragment: int | None = None
+          ) -> dict[str, Any]:
     """Warm-up, then ``window_s`` of ``algo.train()``: env steps/s and learner updates/s."""
     t0 = time.perf_counter()
-    algo = algo_config(kind, runners, n_servers, max_replay_ratio).build_algo()
+    algo = algo_config(kind, runners, n_servers, max_replay_ratio, fragment).build_algo()
     build_s = time.perf_counter() - t0
     updates, update_s = [0], [0.0]
     original = algo.learner_group.update
@@ -224,31 +229,45 @@ def median_s(fn: Callable[[], object], reps: int) -> float:
     return statistics.median(times)
 
 
-def runner_rate(n_servers: int, seconds: float) -> float:
-    """Env steps/s of one env runner in-process (sample + rows for the shard), 1 thread."""
+def runner_rate(n_servers: int, seconds: float, fragment: int | None = None) -> float:
+    """Env steps/s of one Ape-X actor in-process, 1 thread: sample, n-step windows and
+    initial priorities (:mod:`cloudrl.apex.actor_side`), numpy for the shard, metrics."""
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
+    from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
+    from cloudrl.apex.runner import runner_module
     from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
 
     torch.set_num_threads(1)
-    config = algo_config("apex", 1, n_servers)
+    config = algo_config("apex", 1, n_servers, fragment=fragment)
     runner = SingleAgentEnvRunner(config=config, worker_index=1)
+    module = runner_module(runner)
     streams = EpisodeStreams(2 * ENVS_PER_RUNNER)
+    assembler = NStepAssembler(module.observation_space, len(module.action_space.nvec),
+                               N_STEP, 0.99, 2 * ENVS_PER_RUNNER)
+
+    def actor_step() -> int:
+        episodes = runner.sample()
+        done = assembler.push(episodes_to_transitions(episodes, streams))
+        if done is not None:
+            initial_td_abs(module, done, 0.99)
+            as_numpy(done)
+        runner.get_metrics()
+        return sum(len(ep) for ep in episodes)
+
     for _ in range(5):
-        runner.sample()
+        actor_step()
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        episodes = runner.sample()
-        steps += sum(len(ep) for ep in episodes)
-        episodes_to_transitions(episodes, streams)
-        runner.get_metrics()
+        steps += actor_step()
     rate = steps / (time.perf_counter() - t0)
     runner.stop()
     return rate
 
 
-def component_costs(n_servers: int, reps: int = 60) -> dict[str, float]:
-    """Seconds per shard add (one fragment), sample (64), priority update, learner update."""
+def component_costs(n_servers: int, fragment: int, reps: int = 60) -> dict[str, float]:
+    """Seconds per shard add (``fragment`` complete transitions with their priorities),
+    sample (64), priority update (64), learner update (64)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     env = ClusterBranchingEnv({"n_servers": n_servers})
@@ -265,18 +284,18 @@ def component_costs(n_servers: int, reps: int = 60) -> dict[str, float]:
                         num_replay_shards=1))
     learner = config.build_learner(env=env)
     module = learner.module[DEFAULT_MODULE_ID]
-    shard = ReplayShard(0, 1, ReplayConfig(capacity=100_000, n_step=N_STEP, gamma=0.99,
-                                           num_streams=streams),
-                        env.observation_space, env.action_space, spec,
-                        streams_per_runner=streams)
-    shard.set_weights(module.get_state(), version=0)
-    fragment = N_STEP * ENVS_PER_RUNNER
-    pool = [fragment_rows(env, fragment, seed, seed % streams) for seed in range(16)]
-    for rows in pool * 8:  # ~3k transitions stored before timing
-        shard.add(rows, runner_index=1, incarnation="bench")
+    shard = ReplayShard(0, 1, ReplayConfig(capacity=100_000, gamma=0.99),
+                        env.observation_space, env.action_space)
+    assembler = NStepAssembler(env.observation_space, len(env.branch_sizes), N_STEP, 0.99,
+                               num_streams=streams)
+    pool = []
+    for seed in range(16):  # what runners send: complete transitions + their priorities
+        done = assembler.push(fragment_rows(env, fragment, seed, seed % streams))
+        pool.append((as_numpy(done), initial_td_abs(module, done, 0.99).numpy()))
+    for transitions, td in pool * 8:  # thousands of transitions stored before timing
+        shard.add(transitions, td)
     it = iter(range(10**9))
-    t_add = median_s(lambda: shard.add(pool[next(it) % len(pool)], runner_index=1,
-                                       incarnation="bench"), reps)
+    t_add = median_s(lambda: shard.add(*pool[next(it) % len(pool)]), reps)
     t_sample = median_s(lambda: shard.sample(BATCH), reps)
     reply = shard.sample(BATCH)
     td = torch.rand(BATCH)
@@ -290,7 +309,8 @@ def component_costs(n_servers: int, reps: int = 60) -> dict[str, float]:
         learner.device_td_errors.pop(DEFAULT_MODULE_ID, None)
 
     t_update = median_s(update, max(10, reps // 3))
-    return {"fragment": float(fragment), "t_add": t_add, "t_sample": t_sample,
+    return {"fragment": float(np.mean([len(t[1]) for t in pool])), "t_add": t_add,
+            "t_sample": t_sample,
             "t_prio": t_prio, "t_update": t_update}
 
 
@@ -343,6 +363,9 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=8)
     parser.add_argument("--max-replay-ratio", type=float, default=None,
                         help="Ape-X max_replay_ratio (default None: the learner runs free)")
+    parser.add_argument("--fragment", type=int, default=None,
+                        help="Ape-X rollout_fragment_length per env (default: DQN's auto, "
+                             "= n_step)")
     parser.add_argument("--model-only", action="store_true", help="skip the Ray runs")
     parser.add_argument("--rate", type=float, default=0.0,
                         help="per-runner env steps/s for the model (default: measured "
@@ -356,15 +379,16 @@ def main() -> None:
         for runners in args.runners:
             for kind in args.kinds:
                 row = bench(kind, runners, args.n_servers, args.warmup, args.window,
-                            args.max_replay_ratio)
+                            args.max_replay_ratio, args.fragment)
                 rows.append(row)
                 print(f"{kind} runners={runners}: {row['steps_per_s']:.0f} env steps/s, "
                       f"{row['updates_per_s']:.2f} updates/s (load {os.getloadavg()[0]:.1f})",
                       flush=True)
         ray.shutdown()
 
-    costs = component_costs(args.n_servers)
-    rate = args.rate or runner_rate(args.n_servers, seconds=15.0)
+    rows_per_call = (args.fragment or N_STEP) * ENVS_PER_RUNNER
+    costs = component_costs(args.n_servers, rows_per_call)
+    rate = args.rate or runner_rate(args.n_servers, seconds=15.0, fragment=args.fragment)
     print(f"load average after: {os.getloadavg()}")
 
     if rows:

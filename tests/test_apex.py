@@ -16,8 +16,9 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from cloudrl.apex import APEX_RESULTS, ApexBDQ, ApexBDQConfig, ReplayShard, runner_epsilon
+from cloudrl.apex.actor_side import TRANSITION_KEYS, NStepAssembler, initial_td_abs
 from cloudrl.bdq_training import DISCOUNTS
-from cloudrl.replay import ReplayConfig
+from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 from envs.cluster_env import ClusterBranchingEnv
 from envs.registration import BRANCHING_ID, register_rllib_envs
 from models.bdq import BDQTorchRLModule
@@ -54,7 +55,7 @@ def test_config_validation_and_learner_hook() -> None:
                 ApexBDQConfig().env_runners(num_env_runners=1).training(num_replay_shards=2),
                 ApexBDQConfig().training(broadcast_interval=0),
                 ApexBDQConfig().training(apex_epsilon=1.5),
-                ApexBDQConfig().training(n_step=3, replay_shard_capacity=4),
+                ApexBDQConfig().training(replay_shard_capacity=16),  # < batch 32
                 ApexBDQConfig().learners(num_learners=1)):
         with pytest.raises(ValueError):
             bad.validate()
@@ -72,16 +73,14 @@ def module_spec(env: ClusterBranchingEnv) -> RLModuleSpec:
                         action_space=env.action_space, model_config=TINY_MODEL)
 
 
-def make_shard(env: ClusterBranchingEnv, capacity: int = 64, n_step: int = N_STEP
-               ) -> ReplayShard:
-    # Shard 0 of 2: runners 1 and 3 write here, each with 2 streams -> 4 streams.
-    cfg = ReplayConfig(capacity=capacity, n_step=n_step, gamma=0.9, num_streams=4)
-    return ReplayShard(0, 2, cfg, env.observation_space, env.action_space, module_spec(env),
-                       streams_per_runner=2)
+def make_shard(env: ClusterBranchingEnv, capacity: int = 64) -> ReplayShard:
+    cfg = ReplayConfig(capacity=capacity, gamma=0.9)
+    return ReplayShard(0, 2, cfg, env.observation_space, env.action_space)
 
 
 def rows(env: ClusterBranchingEnv, n: int, seed: int, stream: int = 0,
          terminated_last: bool = False) -> dict[str, Any]:
+    """Single-step rows as ``episodes_to_transitions`` makes them (random observations)."""
     space = env.observation_space
     space.seed(seed)
     obs = [space.sample() for _ in range(n + 1)]
@@ -96,6 +95,14 @@ def rows(env: ClusterBranchingEnv, n: int, seed: int, stream: int = 0,
                 env.branch_sizes))).astype(np.int64),
             "reward": rng.normal(size=n).astype(np.float32), "terminated": terminated,
             "truncated": np.zeros(n, dtype=bool), "stream_id": np.full(n, stream)}
+
+
+def one_step(batch: dict[str, Any], gamma: float = 0.9) -> dict[str, Any]:
+    """Rows as complete 1-step transitions (the layout a shard stores)."""
+    n = len(batch["reward"])
+    return {"obs": batch["obs"], "next_obs": batch["next_obs"], "actions": batch["action"],
+            "rewards": batch["reward"], "dones": batch["terminated"].astype(np.float32),
+            "discounts": np.full(n, gamma, dtype=np.float32)}
 
 
 def learner_td(module: BDQTorchRLModule, transitions: dict[str, Any]) -> torch.Tensor:
@@ -113,34 +120,91 @@ def learner_td(module: BDQTorchRLModule, transitions: dict[str, Any]) -> torch.T
     return stub.device_td_errors["m"]
 
 
-def test_shard_computes_initial_priorities_as_the_learner_would(env) -> None:
-    shard = make_shard(env)
-    stats = shard.add(rows(env, 6, seed=1), runner_index=1, incarnation="a")
-    # No weights yet: 6 rows, n_step 3 -> 4 complete windows at the default max priority.
-    assert stats["stored"] == 4 and stats["initial_priorities"] == 0
-    assert torch.equal(shard.priorities(), torch.ones(4, dtype=torch.float64))
+def by_reward(transitions: dict[str, Any]) -> dict[str, Any]:
+    order = torch.argsort(torch.as_tensor(transitions["rewards"]))
+    return {k: ({kk: torch.as_tensor(vv)[order] for kk, vv in v.items()}
+                if isinstance(v, dict) else torch.as_tensor(v)[order])
+            for k, v in transitions.items()}
+
+
+def test_actor_assembles_the_same_windows_as_the_learner_replay(env) -> None:
+    """Pushed in pieces (and in chunks), two interleaved streams give exactly the n-step
+    transitions one DeviceReplayBuffer makes of all rows at once."""
+    parts = [rows(env, 4, seed=1, stream=0), rows(env, 3, seed=2, stream=1),
+             rows(env, 5, seed=3, stream=0, terminated_last=True),
+             rows(env, 6, seed=4, stream=1)]
+    assembler = NStepAssembler(env.observation_space, len(env.branch_sizes), N_STEP, 0.9,
+                               num_streams=2, capacity=4)  # chunks of 4 rows
+    got = [assembler.push(p) for p in parts]
+    assert got[0] is not None and len(got[0]["rewards"]) == 2  # 2 rows wait for windows
+    assert assembler.push(None) is None
+    reference = DeviceReplayBuffer(
+        ReplayConfig(capacity=64, n_step=N_STEP, gamma=0.9, num_streams=2),
+        env.observation_space, action_shape=(len(env.branch_sizes),))
+    whole = {k: ({kk: np.concatenate([p[k][kk] for p in parts]) for kk in parts[0][k]}
+                 if isinstance(parts[0][k], dict) else np.concatenate([p[k] for p in parts]))
+             for k in parts[0]}
+    stored = int(reference.add(whole))
+    mine = by_reward({k: (torch.cat([g[k] for g in got if g]) if not isinstance(got[0][k], dict)
+                          else {kk: torch.cat([g[k][kk] for g in got if g])
+                                for kk in got[0][k]}) for k in got[0]})
+    theirs = by_reward(reference.transitions(torch.arange(stored)))
+    # stream 0 ends (all 9 windows complete); stream 1 stays open (its last 2 rows wait)
+    assert len(mine["rewards"]) == stored == 9 + 7
+    for key in TRANSITION_KEYS:
+        torch.testing.assert_close(mine[key], theirs[key])
+
+
+def test_actor_priorities_are_the_learners_when_target_equals_online(env) -> None:
+    """The runner's inference-only module (no target net) gives the learner's priorities
+    whenever the target network equals the online one; in general it differs."""
     torch.manual_seed(0)
     learner_module = module_spec(env).build()
-    learner_module.make_target_networks()
-    with torch.no_grad():  # target != online, so the double-Q target matters
+    learner_module.make_target_networks()  # a copy of the online network
+    runner_spec = module_spec(env)
+    runner_spec.inference_only = True
+    runner_module = runner_spec.build()
+    runner_module.set_state(learner_module.get_state(inference_only=True))
+    assembler = NStepAssembler(env.observation_space, len(env.branch_sizes), N_STEP, 0.9,
+                               num_streams=1)
+    transitions = assembler.push(rows(env, 9, seed=5, terminated_last=True))
+    mine = initial_td_abs(runner_module, transitions, gamma=0.9)
+    assert mine.shape == (9,) and not torch.allclose(mine, mine[0].expand_as(mine))
+    torch.testing.assert_close(mine, learner_td(learner_module, transitions))
+    with torch.no_grad():
         for p in learner_module._target_advantage_heads.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    assert shard.set_weights(learner_module.get_state(), version=7) == 7
-    start = shard.buffer.next_slot
-    stats = shard.add(rows(env, 5, seed=2, terminated_last=True), runner_index=1,
-                      incarnation="a")
-    # 2 pending + 5 new rows, the episode ends: all 7 windows complete (truncated at the end).
-    assert stats["stored"] == 4 + 7 and stats["initial_priorities"] == 7
-    slots = torch.arange(start, start + 7)
-    expected = learner_td(learner_module, shard.buffer.transitions(slots))
-    prio = (expected.double() + shard.config.eps) ** shard.config.alpha
-    torch.testing.assert_close(shard.buffer.priorities()[slots], prio)
-    assert not torch.allclose(prio, prio[0].expand_as(prio))
+    assert not torch.allclose(mine, learner_td(learner_module, transitions))
+
+
+def test_shard_stores_transitions_with_the_actors_priorities(env) -> None:
+    shard = make_shard(env)
+    first = one_step(rows(env, 6, seed=1))
+    stats = shard.add(first)  # no priorities given: the maximum so far (1)
+    assert stats["stored"] == 6 and stats["initial_priorities"] == 0
+    assert torch.equal(shard.priorities(), torch.ones(6, dtype=torch.float64))
+    td = np.linspace(0.5, 3.0, 5).astype(np.float32)
+    stats = shard.add(one_step(rows(env, 5, seed=2)), td)
+    assert stats["stored"] == 11 and stats["initial_priorities"] == 5
+    prio = (torch.as_tensor(td).double() + shard.config.eps) ** shard.config.alpha
+    torch.testing.assert_close(shard.priorities()[6:], prio)
+    stored = shard.buffer.transitions(torch.arange(6))
+    for key in ("rewards", "dones", "discounts"):
+        torch.testing.assert_close(stored[key], torch.as_tensor(first[key]))
+    torch.testing.assert_close(stored["actions"], torch.as_tensor(first["actions"]))
+    torch.testing.assert_close(stored["next_obs"]["macro"],
+                               torch.as_tensor(first["next_obs"]["macro"]))
+    # More than the ring holds in one call: the last capacity transitions stay.
+    small = make_shard(env, capacity=4)
+    stats = small.add(one_step(rows(env, 7, seed=3)), np.arange(7, dtype=np.float32))
+    assert stats["size"] == 4 and stats["stored"] == 4
+    torch.testing.assert_close(small.priorities(), (torch.arange(3, 7).double()
+                                                    + small.config.eps) ** small.config.alpha)
 
 
 def test_shard_drops_stale_priority_updates(env) -> None:
-    shard = make_shard(env, capacity=16, n_step=1)
-    shard.add(rows(env, 16, seed=3), runner_index=1, incarnation="a")
+    shard = make_shard(env, capacity=16)
+    shard.add(one_step(rows(env, 16, seed=3)))
     reply = shard.sample(8)
     assert shard.sample(17)["batch"] is None  # fewer transitions than the batch
     indices, stamps = reply["batch"]["indices"], reply["stamps"]
@@ -148,7 +212,7 @@ def test_shard_drops_stale_priority_updates(env) -> None:
     # A wrong incarnation (the shard restarted since it was sampled) changes nothing.
     assert shard.update_priorities(indices, stamps, torch.ones(8), "old") == 0
     # Overwrite slots 0..5 (ring of 16): samples from there are stale.
-    shard.add(rows(env, 6, seed=4), runner_index=1, incarnation="a")
+    shard.add(one_step(rows(env, 6, seed=4)))
     fresh = indices >= 6
     before = shard.priorities().clone()
     td = torch.full((8,), 3.0)
@@ -161,28 +225,10 @@ def test_shard_drops_stale_priority_updates(env) -> None:
     assert shard.stats()["stale_priorities"] == 8 + int((~fresh).sum())
 
 
-def test_restarted_runner_does_not_join_its_dead_episodes_windows(env) -> None:
-    shard = make_shard(env)
-    old = rows(env, 4, seed=5)  # an open episode: the last 2 rows wait for their windows
-    shard.add(old, runner_index=1, incarnation="a")
-    shard.add(rows(env, 4, seed=6), runner_index=3, incarnation="c")  # streams 2..3
-    assert shard.stats()["stored"] == 2 + 2
-    new = rows(env, 3, seed=7)  # restarted runner 1, stream 0 again
-    start = shard.buffer.next_slot
-    stats = shard.add(new, runner_index=1, incarnation="b")
-    assert stats["pending_discarded"] == 1
-    assert stats["stored"] == 4 + 1  # only the new episode's first window; no old rows
-    stored = shard.buffer.transitions(torch.tensor([start]))
-    torch.testing.assert_close(stored["obs"]["macro"][0], torch.as_tensor(new["obs"]["macro"][0]))
-    # Runner 3's pending rows (streams 2..3) survive and complete with its next rows.
-    stats = shard.add(rows(env, 1, seed=8, stream=0), runner_index=3, incarnation="c")
-    assert stats["stored"] == 5 + 1
-
-
 def test_shard_state_round_trip(env) -> None:
-    shard = make_shard(env, capacity=16, n_step=1)
-    shard.add(rows(env, 10, seed=9), runner_index=1, incarnation="a")
-    copy = make_shard(env, capacity=16, n_step=1)
+    shard = make_shard(env, capacity=16)
+    shard.add(one_step(rows(env, 10, seed=9)), np.arange(10, dtype=np.float32))
+    copy = make_shard(env, capacity=16)
     copy.set_state(shard.get_state())
     assert len(copy.buffer) == 10 and torch.equal(copy.priorities(), shard.priorities())
     assert torch.equal(copy._stamps, shard._stamps)
@@ -250,19 +296,20 @@ def test_apex_flow_two_runners_two_shards() -> None:
         result = train_until(algo, enough)
         apex = result[APEX_RESULTS]
         steps = env_steps(result)
-        # Transitions flowed into both shards, one runner each; n-step windows stored
-        # up to the <= (n - 1) rows per stream still pending.
+        # Complete n-step transitions flowed into both shards, one runner each, every one
+        # with the runner's initial priority; all acknowledged ones are stored.
+        reports = algo.runner_reports
         for i, stats in enumerate(shard_stats(algo)):
             assert stats["shard_index"] == i and stats["size"] > 0
-            assert 0 <= stats["rows_added"] - stats["stored"] <= 2 * (N_STEP - 1)
-            assert stats["initial_priorities"] > 0 and stats["priority_updates"] > 0
-            assert stats["stale_priorities"] == 0
-        assert sum(s["rows_added"] for s in shard_stats(algo)) >= steps - 2 * 2 * 16
+            assert stats["initial_priorities"] == stats["stored"] >= reports[i + 1]["rows_acked"]
+            assert stats["priority_updates"] > 0 and stats["stale_priorities"] == 0
+        # All sampled steps but the open windows (<= n - 1 per runner) and the last rollouts.
+        assert steps >= sum(s["stored"] for s in shard_stats(algo)) - 2 * 2 * 16
+        assert sum(s["stored"] for s in shard_stats(algo)) >= steps - 2 * 2 * 16
         # Priorities: computed per transition, then changed by the learner's |TD|.
         prios = ray.get(algo.replay_shards()[0].priorities.remote())
         assert prios.min() > 0 and not torch.allclose(prios, prios[0].expand_as(prios))
         # Runners: Ape-X epsilons per worker index, weights versions advancing.
-        reports = algo.runner_reports
         assert reports[1]["epsilon"] == pytest.approx(0.4)
         assert reports[2]["epsilon"] == pytest.approx(0.4 ** 8)
         versions = [r["weights_seq_no"] for r in reports.values()]
@@ -313,7 +360,7 @@ def test_apex_survives_a_killed_runner_and_a_killed_shard() -> None:
         apex = result[APEX_RESULTS]
         # Lost: what the dead shard last reported holding, bounded by its capacity.
         assert 0 < apex["shard_transitions_lost"] <= 400
-        assert shard_stats(algo)[0]["weights_version"] >= 0  # weights re-sent
+        assert shard_stats(algo)[0]["initial_priorities"] > 0  # runners feed the new one
         result = train_until(algo, lambda r: r[APEX_RESULTS]["learner_updates"] > updates + 4)
         assert env_steps(result) > steps
     finally:

@@ -4,7 +4,8 @@ Components (no shared mutable state; they only exchange messages and object refs
 
 * actors: RLlib remote env runners (``num_env_runners``), each exploring with its own
   constant epsilon, sampling continuously (``max_requests_in_flight_per_env_runner``
-  sample requests queued per runner) and sending transitions straight to its replay shard
+  sample requests queued per runner), completing n-step transitions and computing their
+  initial priorities itself, and sending them straight to its replay shard
   (``cloudrl.apex.runner``); the driver receives only their small reports;
 * replay shards: ``num_replay_shards`` Ray actors (``cloudrl.apex.shard``), managed by an
   RLlib ``FaultTolerantActorManager``;
@@ -24,16 +25,16 @@ One ``training_step`` (never waits on a runner; waits at most ``replay_fetch_tim
    slot was overwritten meanwhile);
 4. every ``broadcast_interval`` learner updates: ``ray.put`` the learner weights once and
    send them asynchronously to all runners (``set_state`` with the learner's
-   ``WEIGHTS_SEQ_NO`` as version, inference-only) and shards (full module, for the
-   initial priorities). Runners apply them between two rollouts and report the version
-   they sample with; nobody waits for a broadcast.
+   ``WEIGHTS_SEQ_NO`` as version, inference-only). Runners apply them between two
+   rollouts and report the version they sample with; nobody waits for a broadcast.
 
 Fault tolerance: a dead env runner is restarted by RLlib (``restart_failed_env_runners``,
 ``Algorithm.restore_env_runners`` at the top of every step), then gets the latest weights;
-its actor state (epsilon, streams, incarnation) is rebuilt on its first sample call and
-its shard discards the dead incarnation's pending n-step rows. A dead shard is restarted
-by Ray (``max_restarts``); the manager marks it unhealthy on the failed call,
-``probe_unhealthy_actors`` brings it back, it gets the latest weights, and its previous
+its actor state (epsilon, streams, n-step windows, incarnation) is rebuilt on its first
+sample call; the incomplete n-step windows of the dead process (at most ``n_step - 1``
+steps per open episode) are lost with it. A dead shard is restarted by Ray
+(``max_restarts``); the manager marks it unhealthy on the failed call,
+``probe_unhealthy_actors`` brings it back, and its previous
 contents are counted as lost (``apex/shard_transitions_lost``: the last size reported by
 the dead incarnation, so at most one shard's capacity per failure) along with the rows
 whose add failed (``apex/rows_lost_in_flight``).
@@ -51,7 +52,6 @@ from typing import Any
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.actor_manager import FaultTolerantActorManager
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
@@ -136,13 +136,10 @@ class ApexBDQ(Algorithm):
         if learner is None:
             raise ValueError("Ape-X BDQ needs the local learner (num_learners=0)")
         module = learner.module[DEFAULT_MODULE_ID]
-        spec = RLModuleSpec.from_module(module.unwrapped())
         rb = cfg.replay_buffer_config
         replay_cfg = ReplayConfig(
             capacity=cfg.replay_shard_capacity, alpha=float(rb.get("alpha", 0.6)),
-            beta=float(rb.get("beta", 0.4)), n_step=int(cfg.n_step), gamma=float(cfg.gamma),
-            num_streams=cfg.runner_slots_per_shard() * cfg.streams_per_runner(),
-            device="cpu")
+            beta=float(rb.get("beta", 0.4)), gamma=float(cfg.gamma), device="cpu")
         shard_cls = ray.remote(
             num_cpus=cfg.num_cpus_per_replay_shard,
             max_restarts=cfg.max_num_replay_shard_restarts, max_task_retries=0,
@@ -150,8 +147,7 @@ class ApexBDQ(Algorithm):
         seed = cfg.seed or 0
         self._shard_handles = [
             shard_cls.remote(i, cfg.num_replay_shards, replay_cfg, module.observation_space,
-                             module.action_space, spec, cfg.streams_per_runner(),
-                             bool(cfg.double_q), seed,
+                             module.action_space, seed,
                              max(1, int(cfg.num_cpus_per_replay_shard)))
             for i in range(cfg.num_replay_shards)]
         self._shards = FaultTolerantActorManager(
@@ -177,26 +173,20 @@ class ApexBDQ(Algorithm):
 
     # -- weights ------------------------------------------------------------------------
     def _broadcast_weights(self) -> int:
-        """Send the learner weights to all runners and shards without waiting."""
+        """Send the learner weights to all runners without waiting."""
         lg_state = self.learner_group.get_state(
             components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}",
             inference_only=True)[COMPONENT_LEARNER]
         version = int(lg_state.get(WEIGHTS_SEQ_NO, 0))
         runner_state = ray.put({COMPONENT_RL_MODULE: lg_state[COMPONENT_RL_MODULE],
                                 WEIGHTS_SEQ_NO: version})
-        full = self.learner_group._learner.module[DEFAULT_MODULE_ID].get_state()
-        shard_state = ray.put(full)
-        self._latest_weights = {"runner": runner_state, "shard": shard_state,
-                                "version": version}
+        self._latest_weights = {"runner": runner_state, "version": version}
         if self.env_runner is not None:  # the local runner backs get_module() and restores
             self.env_runner.set_state({COMPONENT_RL_MODULE: lg_state[COMPONENT_RL_MODULE],
                                        WEIGHTS_SEQ_NO: version})
         self.env_runner_group.fetch_ready_async_reqs(tags=WEIGHTS_TAG, timeout_seconds=0)
         self.env_runner_group.foreach_env_runner_async(
             "set_state", tag=WEIGHTS_TAG, kwargs={"state": runner_state})
-        self._shards.fetch_ready_async_reqs(tags=WEIGHTS_TAG, timeout_seconds=0)
-        self._shards.foreach_actor_async(
-            "set_weights", tag=WEIGHTS_TAG, kwargs={"state": shard_state, "version": version})
         self.apex_counters.broadcasts += 1
         return version
 
@@ -229,11 +219,7 @@ class ApexBDQ(Algorithm):
     def _restore_shards(self) -> None:
         restored = self._shards.probe_unhealthy_actors(
             timeout_seconds=_SHARD_PROBE_TIMEOUT_S, mark_healthy=True)
-        if restored and self._latest_weights:
-            w = self._latest_weights
-            self._shards.foreach_actor_async(
-                "set_weights", tag=WEIGHTS_TAG, remote_actor_ids=list(restored),
-                kwargs={"state": w["shard"], "version": w["version"]})
+        if restored:
             for shard_id in restored:
                 try:
                     stats = ray.get(self._shard_handles[shard_id].stats.remote(),
@@ -266,7 +252,8 @@ class ApexBDQ(Algorithm):
             sample_into_shard, tag=SAMPLE_TAG,
             kwargs={"shards": self._shard_handles, "epsilon": cfg.apex_epsilon,
                     "epsilon_alpha": cfg.apex_epsilon_alpha,
-                    "streams_per_runner": cfg.streams_per_runner()})
+                    "streams_per_runner": cfg.streams_per_runner(),
+                    "n_step": int(cfg.n_step), "gamma": float(cfg.gamma)})
         return len(reports)
 
     def _request_replay_batches(self, env_steps: int) -> None:
@@ -335,7 +322,6 @@ class ApexBDQ(Algorithm):
         self._collect_runner_reports(0.0 if learning and in_flight else
                                      cfg.replay_fetch_timeout_s)
         env_steps = self._env_steps()
-        self._shards.fetch_ready_async_reqs(tags=WEIGHTS_TAG, timeout_seconds=0)
         self._settle_priority_updates()
         self._request_replay_batches(env_steps)
         replies = self._shards.fetch_ready_async_reqs(

@@ -25,7 +25,6 @@ Ape-X settings go into ``.training(...)`` too:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
@@ -103,10 +102,6 @@ class ApexBDQConfig(BDQConfig):
         """Ape-X reads the learner's per-sample priorities from ``device_td_errors``."""
         return self.num_learners == 0
 
-    def runner_slots_per_shard(self) -> int:
-        """How many env runners write into one shard (the busiest one)."""
-        return math.ceil(self.num_env_runners / self.num_replay_shards)
-
     def streams_per_runner(self) -> int:
         """N-step streams a runner uses: two per vectorized env (see ``EpisodeStreams``)."""
         return 2 * self.num_envs_per_env_runner
@@ -126,9 +121,9 @@ class ApexBDQConfig(BDQConfig):
                               "(every shard is fed by its own env runners)")
         if isinstance(self.n_step, (tuple, list)):
             self._value_error("Ape-X BDQ needs a fixed int n_step")
-        if self.replay_shard_capacity <= self.runner_slots_per_shard() * (
-                self.streams_per_runner() * (int(self.n_step) - 1)):
-            self._value_error("replay_shard_capacity too small for the pending n-step rows")
+        if self.replay_shard_capacity < self.total_train_batch_size:
+            self._value_error("replay_shard_capacity must hold at least one train batch "
+                              f"({self.total_train_batch_size} transitions)")
         if self.replay_requests_in_flight < 1 or self.broadcast_interval < 1:
             self._value_error("replay_requests_in_flight and broadcast_interval must be >= 1")
         if not 0.0 <= self.apex_epsilon <= 1.0 or self.apex_epsilon_alpha < 0:

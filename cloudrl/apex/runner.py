@@ -1,26 +1,24 @@
-"""What an Ape-X actor does: sample, send single-step transitions to its shard, report.
+"""What an Ape-X actor does: sample, assemble n-step transitions, prioritize, send, report.
 
 :func:`sample_into_shard` runs ON an RLlib env runner (the algorithm sends it with
 ``EnvRunnerGroup.foreach_env_runner_async``). One call:
 
 1. on the first call of this runner process (a restarted runner is a new process) it
    creates the runner's :class:`ActorState` (a fresh ``incarnation`` id, its own
-   :class:`~cloudrl.bdq_training.EpisodeStreams`) and sets the runner module's constant
+   :class:`~cloudrl.bdq_training.EpisodeStreams` and
+   :class:`~cloudrl.apex.actor_side.NStepAssembler`) and sets the runner module's constant
    epsilon to :func:`~cloudrl.apex.config.runner_epsilon` of its ``worker_index``;
 2. samples one rollout (``runner.sample()``, exploring, with whatever weights the runner
    has: weight broadcasts are queued on the runner between sample calls);
-3. converts the episode chunks into single-step transitions (stream ids local to this
-   runner) and waits for the shard's acknowledgement of the PREVIOUS add, then sends these
-   rows with ``shard.add.remote`` straight to the runner's shard: episodes never pass
-   through the driver, and at most one add per runner is in flight (back-pressure: a
+3. turns the episode chunks into single-step rows, completes the n-step windows locally
+   and computes the completed transitions' initial priorities with its own module
+   (:mod:`cloudrl.apex.actor_side`), as Ape-X's actors do;
+4. waits for the shard's acknowledgement of the PREVIOUS add, then sends the transitions
+   and priorities with ``shard.add.remote`` straight to the runner's shard: episodes never
+   pass through the driver, and at most one add per runner is in flight (back-pressure: a
    runner never gets more than one rollout ahead of its shard);
-4. returns a small report: the runner's metrics (env steps, episode returns), its
-   weights version, epsilon, and the rows the shard acknowledged or lost.
-
-Initial priorities are computed by the shard (see ``cloudrl.apex.shard``), not here: the
-n-step windows are completed in the shard, which holds the learner's full module
-(target network included), so its priority is exactly the learner's ``sum_d |delta_d|``
-under the broadcast weights.
+5. returns a small report: the runner's metrics (env steps, episode returns), its
+   weights version, epsilon, and the transitions the shard acknowledged or lost.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from typing import Any
 import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.apex.config import runner_epsilon
 from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
 
@@ -46,6 +45,7 @@ class ActorState:
     incarnation: str
     epsilon: float
     streams: EpisodeStreams
+    assembler: NStepAssembler
     pending: Any = None  # ObjectRef of the last add, not yet acknowledged
     pending_rows: int = 0
     rows_sent: int = 0
@@ -64,16 +64,19 @@ def runner_module(runner: Any) -> Any:
 
 
 def actor_state(runner: Any, epsilon: float, epsilon_alpha: float,
-                streams_per_runner: int) -> ActorState:
+                streams_per_runner: int, n_step: int, gamma: float) -> ActorState:
     """This runner's :class:`ActorState`, created (and its epsilon set) on first use."""
     state = getattr(runner, STATE_ATTR, None)
     if state is None:
         num_runners = max(1, int(runner.config.num_env_runners))
         index = min(max(int(runner.worker_index) - 1, 0), num_runners - 1)
         eps = runner_epsilon(index, num_runners, epsilon, epsilon_alpha)
-        runner_module(runner).set_epsilon(eps)
+        module = runner_module(runner)
+        module.set_epsilon(eps)
+        assembler = NStepAssembler(module.observation_space, len(module.action_space.nvec),
+                                   n_step, gamma, streams_per_runner)
         state = ActorState(incarnation=uuid.uuid4().hex, epsilon=eps,
-                           streams=EpisodeStreams(streams_per_runner))
+                           streams=EpisodeStreams(streams_per_runner), assembler=assembler)
         setattr(runner, STATE_ATTR, state)
     return state
 
@@ -91,18 +94,20 @@ def _settle(state: ActorState) -> None:
 
 
 def sample_into_shard(runner: Any, *, shards: list[Any], epsilon: float,
-                      epsilon_alpha: float, streams_per_runner: int) -> dict[str, Any]:
+                      epsilon_alpha: float, streams_per_runner: int, n_step: int,
+                      gamma: float) -> dict[str, Any]:
     """One Ape-X actor step on ``runner`` (see the module docstring); returns its report."""
-    state = actor_state(runner, epsilon, epsilon_alpha, streams_per_runner)
+    state = actor_state(runner, epsilon, epsilon_alpha, streams_per_runner, n_step, gamma)
     episodes = runner.sample()
     env_steps = sum(len(ep) for ep in episodes)
-    rows = episodes_to_transitions(episodes, state.streams)
+    transitions = state.assembler.push(episodes_to_transitions(episodes, state.streams))
     shard_index = (int(runner.worker_index) - 1) % len(shards)
     _settle(state)
-    if rows is not None:
-        n = len(rows["reward"])
-        state.pending = shards[shard_index].add.remote(
-            rows, runner_index=int(runner.worker_index), incarnation=state.incarnation)
+    if transitions is not None:
+        td_abs = initial_td_abs(runner_module(runner), transitions, gamma)
+        n = len(td_abs)
+        state.pending = shards[shard_index].add.remote(as_numpy(transitions),
+                                                       td_abs.numpy())
         state.pending_rows = n
         state.rows_sent += n
     return {

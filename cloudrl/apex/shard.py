@@ -4,38 +4,31 @@
 a Ray actor with ``max_restarts`` (a killed shard comes back empty, with a new
 ``incarnation`` id) and ``max_task_retries=0``.
 
-* ``add(rows, runner_index, incarnation)``: single-step rows from one env runner (stream
-  ids local to that runner). Runner ``r`` owns the stream block ``slot(r) * S ..
-  slot(r) * S + S - 1`` (``S`` streams per runner, ``slot = (r - 1) // num_shards``); a
-  new incarnation of the runner (it was restarted) first discards the block's pending
-  n-step rows, which belong to episodes that will never continue. N-step transitions are
-  assembled by the buffer; the ones completed by this call get their INITIAL PRIORITY
-  here: the branching double-Q ``sum_d |delta_d|`` (``models.bdq_learner.bdq_td_errors``,
-  the learner's own definition) under the latest broadcast weights, online and target
-  network (``set_weights``). Before the first broadcast arrives (e.g. right after a
-  restart) new transitions keep the buffer's default, the maximum priority so far.
+* ``add(transitions, td_abs)``: complete n-step transitions from one env runner, which
+  assembled them and computed their initial priorities ``sum_d |delta_d|``
+  (:mod:`cloudrl.apex.actor_side`); stored as they are (``DeviceReplayBuffer.insert``),
+  so a shard does no model compute at all: it stores, samples and reprioritizes.
 * ``sample(batch_size)``: a prioritized batch (CPU tensors, IS weights, ring indices) plus
   the write stamps of those slots and the shard's incarnation; ``None`` while the shard
   holds fewer than ``batch_size`` transitions.
 * ``update_priorities(indices, stamps, td_abs, incarnation)``: the learner's new |TD|;
   entries whose slot was overwritten since it was sampled (stamp changed) or that were
   sampled from an earlier incarnation are dropped and counted as stale.
-* ``get_state`` / ``set_state``: buffer contents without pending rows (checkpoints).
+* ``get_state`` / ``set_state``: the buffer's contents (checkpoints).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
-from ray.rllib.core.columns import Columns
 
-from cloudrl.bdq_training import DISCOUNTS, buffer_checkpoint_state
+from cloudrl.bdq_training import buffer_checkpoint_state
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
-from models.bdq_learner import bdq_td_errors
 
 
 def _as_tensors(value: Any) -> Any:
@@ -48,30 +41,24 @@ def _as_tensors(value: Any) -> Any:
 
 
 class ReplayShard:
-    """Prioritized n-step replay for the env runners mapped to this shard."""
+    """Prioritized replay of complete n-step transitions sent by the env runners."""
 
     def __init__(self, shard_index: int, num_shards: int, replay_config: ReplayConfig,
-                 observation_space: Any, action_space: Any, module_spec: Any = None,
-                 streams_per_runner: int = 2, double_q: bool = True, seed: int = 0,
+                 observation_space: Any, action_space: Any, seed: int = 0,
                  torch_threads: int = 1) -> None:
         torch.set_num_threads(max(1, torch_threads))
         self.shard_index, self.num_shards = shard_index, num_shards
-        self.streams_per_runner = streams_per_runner
         self.incarnation = uuid.uuid4().hex
-        self.config = replay_config
-        self.buffer = DeviceReplayBuffer(replay_config, observation_space,
+        # The runners complete the n-step windows: the shard's ring never assembles.
+        self.config = ReplayConfig(**{**asdict(replay_config), "n_step": 1,
+                                      "num_streams": 1})
+        self.buffer = DeviceReplayBuffer(self.config, observation_space,
                                          action_shape=(len(action_space.nvec),))
-        self.double_q = double_q
-        self._stamps = torch.full((replay_config.capacity,), -1, dtype=torch.long)
+        self._stamps = torch.full((self.config.capacity,), -1, dtype=torch.long)
         self._writes = 0  # transitions ever stored; the stamp of the next one
-        self._runner_incarnations: dict[int, str] = {}
         self._generator = torch.Generator().manual_seed(seed * 1000 + shard_index)
-        self._module_spec = module_spec
-        self.module: Any = None
-        self.weights_version = -1
-        self.counts = {"rows_added": 0, "stored": 0, "initial_priorities": 0,
-                       "sampled_batches": 0, "priority_updates": 0, "stale_priorities": 0,
-                       "pending_discarded": 0}
+        self.counts = {"stored": 0, "initial_priorities": 0, "sampled_batches": 0,
+                       "priority_updates": 0, "stale_priorities": 0}
 
     # -- FaultTolerantActorManager protocol ---------------------------------------------
     def ping(self) -> str:
@@ -80,62 +67,21 @@ class ReplayShard:
     def apply(self, func: Any, *args: Any, **kwargs: Any) -> Any:
         return func(self, *args, **kwargs)
 
-    # -- weights ------------------------------------------------------------------------
-    def set_weights(self, state: Mapping[str, Any], version: int) -> int:
-        """Load the learner module's full state (online + target nets) at ``version``."""
-        if self.module is None:
-            if self._module_spec is None:
-                raise ValueError("this shard has no module spec to compute priorities with")
-            self.module = self._module_spec.build()
-            self.module.make_target_networks()
-            self.module.eval()
-        self.module.set_state(state)
-        self.weights_version = int(version)
-        return self.weights_version
-
-    def td_abs(self, transitions: Mapping[str, Any]) -> torch.Tensor:
-        """``sum_d |delta_d|`` of stored transitions under the current weights."""
-        batch = {Columns.OBS: transitions["obs"], Columns.NEXT_OBS: transitions["next_obs"],
-                 Columns.ACTIONS: transitions["actions"],
-                 Columns.REWARDS: transitions["rewards"],
-                 Columns.TERMINATEDS: transitions["dones"], DISCOUNTS: transitions["discounts"]}
-        with torch.no_grad():
-            fwd = self.module.forward_train(batch)
-            q_selected, target = bdq_td_errors(fwd, batch, self.config.gamma, self.double_q)
-        return (target[:, None] - q_selected).abs().sum(dim=-1)
-
     # -- data ---------------------------------------------------------------------------
-    def _stream_block(self, runner_index: int) -> int:
-        return ((runner_index - 1) // self.num_shards) * self.streams_per_runner
-
-    def add(self, rows: Mapping[str, Any], runner_index: int, incarnation: str
-            ) -> dict[str, Any]:
-        """Store one runner's single-step rows; initial priorities for completed ones."""
-        base = self._stream_block(runner_index)
-        block = torch.arange(base, base + self.streams_per_runner)
-        known = self._runner_incarnations.get(runner_index)
-        if known is not None and known != incarnation:
-            self.buffer.discard_pending(block)
-            self.counts["pending_discarded"] += 1
-        self._runner_incarnations[runner_index] = incarnation
-        rows = _as_tensors(rows)  # Ray hands numpy arguments over read-only
-        sid = rows["stream_id"].long()
-        if len(sid) and (sid.min() < 0 or sid.max() >= self.streams_per_runner):
-            raise ValueError("runner stream ids outside [0, streams_per_runner)")
-        rows["stream_id"] = sid + base
+    def add(self, transitions: Mapping[str, Any], td_abs: Any = None) -> dict[str, Any]:
+        """Store complete transitions with the runner's initial priorities (None: max)."""
+        transitions = _as_tensors(transitions)  # Ray hands numpy arguments over read-only
         start = self.buffer.next_slot
-        stored = int(self.buffer.add(rows))
-        cap = self.config.capacity
-        kept = min(stored, cap)  # a call storing more than the ring keeps the last cap
-        offsets = torch.arange(stored - kept, stored)
-        slots = (start + offsets) % cap
-        self._stamps[slots] = self._writes + offsets
-        self._writes += stored
-        self.counts["rows_added"] += len(sid)
+        stored = self.buffer.insert(
+            transitions, None if td_abs is None else _as_tensors(td_abs))
+        offsets = torch.arange(len(transitions["rewards"]) - stored,
+                               len(transitions["rewards"]))
+        self._stamps[(start + torch.arange(stored)) % self.config.capacity] = \
+            self._writes + offsets
+        self._writes += len(transitions["rewards"])
         self.counts["stored"] += stored
-        if kept and self.module is not None:
-            self.buffer.update_priorities(slots, self.td_abs(self.buffer.transitions(slots)))
-            self.counts["initial_priorities"] += kept
+        if td_abs is not None:
+            self.counts["initial_priorities"] += stored
         return self.stats()
 
     def sample(self, batch_size: int) -> dict[str, Any]:
@@ -145,8 +91,7 @@ class ReplayShard:
         batch = self.buffer.sample(batch_size, generator=self._generator)
         self.counts["sampled_batches"] += 1
         return {"batch": batch, "stamps": self._stamps[batch["indices"]].clone(),
-                "incarnation": self.incarnation, "weights_version": self.weights_version,
-                "stats": self.stats()}
+                "incarnation": self.incarnation, "stats": self.stats()}
 
     def update_priorities(self, indices: torch.Tensor, stamps: torch.Tensor,
                           td_abs: torch.Tensor, incarnation: str) -> int:
@@ -166,8 +111,7 @@ class ReplayShard:
     # -- introspection and checkpoints --------------------------------------------------
     def stats(self) -> dict[str, Any]:
         return {"shard_index": self.shard_index, "incarnation": self.incarnation,
-                "size": len(self.buffer), "weights_version": self.weights_version,
-                **self.counts}
+                "size": len(self.buffer), **self.counts}
 
     def priorities(self) -> torch.Tensor:
         """Priorities of the stored slots (``0..len-1``)."""
@@ -181,6 +125,6 @@ class ReplayShard:
         self.buffer.load_state_dict(state["buffer"])
         self._stamps.copy_(torch.as_tensor(state["stamps"]))
         self._writes = int(state["writes"])
-        self.counts.update(state.get("counts", {}))
-        self._runner_incarnations.clear()
+        self.counts.update({k: v for k, v in state.get("counts", {}).items()
+                            if k in self.counts})
         return self.stats()
