@@ -144,27 +144,44 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from cloudrl.sweep import SweepConfig, run_sweep
+    from cloudrl.sweep import SweepConfig, experiment_dir, resume_sweep, run_sweep, saved_sweep
 
     overrides: dict[str, Any] = {}
     for key in ("algos", "workloads", "run_seeds", "n_servers", "episode_length", "env_steps",
                 "eval_seeds", "eval_workers", "experiment", "tracking_uri", "storage_path",
-                "max_concurrent_trials", "name"):
-        if getattr(args, key) is not None:
+                "max_concurrent_trials", "name", "max_failures"):
+        if getattr(args, key, None) is not None:
             overrides[key] = getattr(args, key)
-    overrides = {**getattr(args, "_overrides", {}), **overrides}
-    cfg = load_config(SweepConfig, args.config, overrides)
-    out = run_sweep(cfg)
+    resume = getattr(args, "resume", None)
+    if resume:
+        # The sweep's own config (saved in its experiment dir) is the only one that fits the
+        # trials Tune restores; --storage-path only helps find the dir by name.
+        given = [f"--{k.replace('_', '-')}" for k in overrides if k != "storage_path"]
+        given += ["--config"] if args.config else []
+        if given:
+            raise ConfigError(f"--resume continues a sweep with its saved config; drop "
+                              f"{' '.join(given)}")
+        exp = experiment_dir(resume, overrides.get("storage_path"))
+        cfg = saved_sweep(exp)
+        out = resume_sweep(exp)
+    else:
+        overrides = {**getattr(args, "_overrides", {}), **overrides}
+        cfg = load_config(SweepConfig, args.config, overrides)
+        out = run_sweep(cfg)
     print(f"\nsweep {out['sweep_id']}: {len(out['learned'])} trials evaluated on "
           f"{cfg.eval_seeds} test seeds, {len(out['heuristics'])} heuristic runs")
     for row in out["learned"]:
+        restarts = f"  restarts {row['num_failures']}" if row["num_failures"] else ""
         print(f"  {row['policy']:4s} {row['workload']:15s} seed {row['run_seed']}  "
               f"env_steps {row['env_steps']:7d}  "
               f"energy {row['test/energy_kwh_mean']:8.2f} kWh  "
               f"SLA viol. {100 * row['test/sla_violation_rate_mean']:6.2f}%  "
-              f"checkpoint {row['checkpoint']}")
+              f"checkpoint {row['checkpoint']}{restarts}")
     for trial in out["failed"]:
         print(f"  FAILED trial {trial}", file=sys.stderr)
+    if out["failed"]:
+        print(f"  retry them from their last checkpoints: "
+              f"cloudrl sweep --resume {out['experiment_dir']}", file=sys.stderr)
     print(f"MLflow: {out['tracking_uri']} experiment {out['experiment']!r}\n"
           f"compare: cloudrl compare --experiment {out['experiment']} "
           f"--tracking-uri {out['tracking_uri']}")
@@ -255,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--storage-path", help="Ray Tune storage (default results/tune)")
     sw.add_argument("--max-concurrent-trials", type=int, help="default 2")
     sw.add_argument("--name", help="Tune run name / sweep id (default <experiment>-<time>)")
+    sw.add_argument("--max-failures", type=int,
+                    help="restarts of a failed trial from its last checkpoint "
+                         "(default 2; 0: none, -1: no limit)")
+    sw.add_argument("--resume", metavar="EXPERIMENT",
+                    help="continue a sweep whose driver died: its Tune experiment dir, or its "
+                         "name (sweep id) under --storage-path; unfinished and errored trials "
+                         "go on from their last checkpoints, then the evaluation")
     sw.set_defaults(func=_cmd_sweep)
 
     cmp = sub.add_parser("compare", help="table, Pareto plot and learning curves of a sweep, "

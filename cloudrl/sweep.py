@@ -12,7 +12,21 @@ go into the trial's run with the per-episode CSV; the heuristics are
 evaluated on the same seeds, one MLflow run each (kind=heuristic), so
 ``cloudrl compare`` can put everything in one table.
 
-CLI: ``cloudrl sweep --config experiments/sweep_small.yaml``.
+Failures: a trial whose process fails (an exception, a killed worker, a lost
+node) is restarted by Tune up to ``max_failures`` times (``tune.FailureConfig``)
+and ``sweep_trainable`` restores the algorithm from the trial's last reported
+checkpoint (``tune.get_checkpoint()``), so its env-step counter and iteration
+count go on from there; the trial keeps its MLflow run, whose ``num_failures``
+tag counts the restarts. A sweep whose driver died is continued with
+``resume_sweep`` (``Tuner.restore(..., resume_errored=True)``): unfinished and
+errored trials go on from their last checkpoints, then the evaluation and the
+heuristics run as in a normal sweep. Runs are found again by their
+``sweep_id`` / ``trial_id`` (and for heuristics ``policy`` / ``workload`` /
+``interface``) tags, never opened twice; runs that already carry test metrics
+are not evaluated again.
+
+CLI: ``cloudrl sweep --config experiments/sweep_small.yaml``;
+``cloudrl sweep --resume <experiment dir, or its name under --storage-path>``.
 """
 
 from __future__ import annotations
@@ -20,16 +34,17 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from ray.tune import Callback
 
 from cloudrl import tracking
-from cloudrl.config import ConfigError, deep_merge
+from cloudrl.config import ConfigError, deep_merge, format_validation_error
 from cloudrl.metrics import METRICS
 from cloudrl.protocol import N_SEEDS
 from cloudrl.training import (
@@ -47,6 +62,10 @@ log = logging.getLogger(__name__)
 TRACKED_METRICS = ("env_steps", "episode_return_mean", "energy_kwh", "sla_violation_rate",
                    "toggles", "invalid_actions", "total_loss", "policy_loss", "vf_loss",
                    "entropy", "qf_loss")  # the keys flat_metrics() can return
+SWEEP_FILE = "cloudrl_sweep.json"  # the SweepConfig, in the Tune experiment dir (for resume)
+# Test-only fault injection, read by the driver: "<trial|driver>:<iteration>:<marker file>".
+# See ``_inject_fault``.
+FAULT_ENV = "CLOUDRL_SWEEP_TEST_FAULT"
 
 
 class SweepConfig(BaseModel):
@@ -79,6 +98,10 @@ class SweepConfig(BaseModel):
     name: str | None = Field(default=None, description="Tune run name; default experiment-time")
     storage_path: str = "results/tune"
     max_concurrent_trials: int = Field(default=2, ge=1)
+    max_failures: int = Field(
+        default=2, ge=-1,
+        description="Tune restarts of a failed trial, each from the trial's last checkpoint "
+                    "(tune.FailureConfig); 0: none, -1: no limit")
     cpus_per_trial: float = Field(default=1.0, gt=0)
     tracking_uri: str | None = None
     verbose: int = Field(default=1, ge=0, le=3)
@@ -164,11 +187,16 @@ def check_algo_configs(sweep: SweepConfig) -> None:
             raise ConfigError(f"invalid config (sweep): hparams.{algo}: {e}") from None
 
 
-def sweep_trainable(config: dict[str, Any], sweep_config: dict[str, Any]) -> None:
+def sweep_trainable(config: dict[str, Any], sweep_config: dict[str, Any],
+                    fault: dict[str, Any] | None = None) -> None:
     """Tune function trainable: train one (algo, workload, run_seed) to the env-step budget.
 
     ``config`` is the trial's grid point; ``sweep_config`` the SweepConfig as a dict (bound with
     ``tune.with_parameters`` so it stays out of the trial config and its directory name).
+    When Tune restarts the trial (after a failure, or on ``resume_sweep``) it hands back the
+    last reported checkpoint: the algorithm restores from it (weights, optimizer, the
+    env-step counter and the iteration count) and trains on to the same budget.
+    ``fault`` is the test-only hook of ``_inject_fault``.
     """
     from ray import tune
 
@@ -177,9 +205,17 @@ def sweep_trainable(config: dict[str, Any], sweep_config: dict[str, Any]) -> Non
     algo = algo_config_for(sweep, cfg).build_algo()
     try:
         steps, it = 0, 0
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is not None:
+            with checkpoint.as_directory() as path:
+                algo.restore_from_path(path)
+            steps, it = restored_progress(algo)
+            log.info("trial restored from %s at iteration %d, %d env steps",
+                     checkpoint.path, it, steps)
         while steps < cfg.env_steps:
             metrics = flat_metrics(algo.train())
             it += 1
+            _inject_fault(fault, it)
             steps = int(metrics["env_steps"])
             last = steps >= cfg.env_steps
             if last or (sweep.checkpoint_every and it % sweep.checkpoint_every == 0):
@@ -192,6 +228,51 @@ def sweep_trainable(config: dict[str, Any], sweep_config: dict[str, Any]) -> Non
                 tune.report(metrics)
     finally:
         algo.stop()
+
+
+def restored_progress(algo: Any) -> tuple[int, int]:
+    """(env steps sampled, training iterations) of an algorithm restored from a checkpoint."""
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    steps = algo.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+    return int(steps), int(algo.iteration)
+
+
+def _fault_from_env() -> dict[str, Any] | None:
+    """The driver's ``$CLOUDRL_SWEEP_TEST_FAULT``, parsed (None when unset)."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return None
+    target, iteration, marker = spec.split(":", 2)
+    if target not in ("trial", "driver"):
+        raise ConfigError(f"{FAULT_ENV}={spec!r}: expected trial|driver:<iteration>:<marker>")
+    # The driver's pid travels with the trainable's parameters (it reads no env var itself:
+    # Ray workers do not see variables the driver set after Ray started).
+    return {"target": target, "iteration": int(iteration), "marker": marker,
+            "driver_pid": os.getpid()}
+
+
+def _inject_fault(fault: dict[str, Any] | None, iteration: int) -> None:
+    """Test-only: SIGKILL the trial's process (or the driver, then the trial) at ``iteration``.
+
+    Fires once: it creates ``fault["marker"]`` first, and a restarted attempt that finds the
+    file goes on. It fires after ``algo.train()`` and before that iteration is reported, so
+    the restart has only the previous iteration's checkpoint. ``driver`` assumes the trial
+    runs on the driver's machine (true in tests: one local Ray), and first waits a little:
+    the driver saves the experiment state (which names that checkpoint) just after it
+    schedules this iteration, and a resume starts from the last state saved.
+    """
+    if fault is None or iteration != fault["iteration"]:
+        return
+    try:
+        Path(fault["marker"]).touch(exist_ok=False)
+    except FileExistsError:
+        return
+    log.warning("%s: killing the %s at iteration %d", FAULT_ENV, fault["target"], iteration)
+    if fault["target"] == "driver":
+        time.sleep(3)
+        os.kill(fault["driver_pid"], signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_name(algo: str, workload: str, n_servers: int, run_seed: int | None = None) -> str:
@@ -225,7 +306,23 @@ class MlflowTrialCallback(Callback):
                                                                     self.sweep.experiment)
         return self._experiment_id
 
+    def run_id_for(self, trial_id: str) -> str | None:
+        """The trial's MLflow run: this driver's, else one an earlier driver opened (by tag)."""
+        if trial_id not in self.run_ids:
+            runs = find_runs(self.client, self.experiment_id,
+                             {"sweep_id": self.sweep_id, "trial_id": trial_id})
+            if runs:
+                self.run_ids[trial_id] = runs[0].info.run_id
+        return self.run_ids.get(trial_id)
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        # Also called when Tune restarts a failed trial, and for every trial that a resumed
+        # sweep continues: those keep their run (set back to RUNNING if it had ended).
+        run_id = self.run_id_for(trial.trial_id)
+        if run_id is not None:
+            if self.client.get_run(run_id).info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            return
         algo, workload, seed = _trial_keys(trial.config)
         cfg = self.sweep.train_config(algo, workload, seed)
         tags = {**common_tags(self.sweep, self.sweep_id, workload), "kind": "learned",
@@ -246,13 +343,28 @@ class MlflowTrialCallback(Callback):
         metrics = {k: result[k] for k in TRACKED_METRICS if k in result}
         tracking.log_metrics(self.client, run_id, metrics, step=int(result["env_steps"]))
 
+    def _end(self, trial: Any, status: str | None) -> None:
+        run_id = self.run_ids.get(trial.trial_id)
+        if run_id is not None:
+            self.client.set_tag(run_id, "num_failures", str(trial.num_failures))
+            if status is not None:
+                tracking.end_run(self.client, run_id, status)
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial, None)  # Tune restarts it from its last checkpoint: the run goes on
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if trial.trial_id in self.run_ids:
-            tracking.end_run(self.client, self.run_ids[trial.trial_id], "FINISHED")
+        self._end(trial, "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if trial.trial_id in self.run_ids:
-            tracking.end_run(self.client, self.run_ids[trial.trial_id], "FAILED")
+        self._end(trial, "FAILED")
+
+
+def find_runs(client: Any, experiment_id: str, tags: dict[str, Any]) -> list:
+    """Runs of the experiment carrying all ``tags`` (oldest first)."""
+    flt = " and ".join(f"tags.{k} = '{v}'" for k, v in tags.items())
+    return list(client.search_runs([experiment_id], filter_string=flt,
+                                   order_by=["attributes.start_time ASC"]))
 
 
 def common_tags(sweep: SweepConfig, sweep_id: str, workload: str) -> dict[str, Any]:
@@ -274,33 +386,62 @@ def log_evaluation(client: Any, run_id: str, results: list, out: Path, step: int
     return metrics
 
 
+def _logged_test_metrics(run: Any) -> dict[str, float] | None:
+    """The run's ``test/*`` metrics when its evaluation was logged in full, else None."""
+    keys = [f"test/{m}_{s}" for m in METRICS for s in ("mean", "ci95")]
+    logged = run.data.metrics
+    return {k: logged[k] for k in keys} if all(k in logged for k in keys) else None
+
+
 def _evaluate_heuristics(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id: str,
                          eval_dir: Path) -> list[dict[str, Any]]:
-    """Each heuristic on each workload and each interface the sweep's algorithms use."""
+    """Each heuristic on each workload and each interface the sweep's algorithms use.
+
+    A heuristic already evaluated in this sweep (a resumed sweep) keeps its run and metrics.
+    """
     from cloudrl.evaluate import EvalConfig, evaluate
 
     rows = []
     for workload in sweep.workloads:
         for interface in sweep.interfaces():
-            cfg = EvalConfig(env=sweep.env_config(workload), policies=sweep.heuristics,
-                             interface=interface, n_seeds=sweep.eval_seeds,
-                             workers=sweep.eval_workers)
-            results = evaluate(cfg, progress=sweep.verbose > 0)
+            runs, done = {}, {}
             for name in sweep.heuristics:
-                rows.append(_log_heuristic(sweep, sweep_id, client, experiment_id, eval_dir,
-                                           cfg, name, [r for r in results if r.policy == name]))
+                found = find_runs(client, experiment_id, {
+                    "sweep_id": sweep_id, "kind": "heuristic", "policy": name,
+                    "workload": workload, "interface": interface})
+                if found:
+                    runs[name] = found[0].info.run_id
+                    metrics = _logged_test_metrics(found[0])
+                    if metrics is not None:
+                        done[name] = metrics
+            todo = [n for n in sweep.heuristics if n not in done]
+            if todo:
+                cfg = EvalConfig(env=sweep.env_config(workload), policies=todo,
+                                 interface=interface, n_seeds=sweep.eval_seeds,
+                                 workers=sweep.eval_workers)
+                results = evaluate(cfg, progress=sweep.verbose > 0)
+            for name in sweep.heuristics:
+                if name in done:
+                    rows.append({"run_id": runs[name], "policy": name, "workload": workload,
+                                 "interface": interface, **done[name]})
+                else:
+                    rows.append(_log_heuristic(
+                        sweep, sweep_id, client, experiment_id, eval_dir, cfg, name,
+                        [r for r in results if r.policy == name], runs.get(name)))
     return rows
 
 
 def _log_heuristic(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id: str,
-                   eval_dir: Path, cfg: Any, name: str, results: list) -> dict[str, Any]:
+                   eval_dir: Path, cfg: Any, name: str, results: list,
+                   run_id: str | None = None) -> dict[str, Any]:
     workload, interface = cfg.env.workload.kind, cfg.interface
-    tags = {**common_tags(sweep, sweep_id, workload), "kind": "heuristic", "policy": name,
-            "interface": interface}
     label = name if interface == "flat" else f"{name}-branching"
     rn = run_name(label, workload, sweep.n_servers)
-    run_id = tracking.start_run(client, experiment_id, rn, tags)
-    tracking.log_params(client, run_id, {"env": cfg.env.model_dump(mode="json")})
+    if run_id is None:
+        tags = {**common_tags(sweep, sweep_id, workload), "kind": "heuristic", "policy": name,
+                "interface": interface}
+        run_id = tracking.start_run(client, experiment_id, rn, tags)
+        tracking.log_params(client, run_id, {"env": cfg.env.model_dump(mode="json")})
     metrics = log_evaluation(client, run_id, results, eval_dir / rn, 0, cfg)
     tracking.end_run(client, run_id)
     return {"run_id": run_id, "policy": name, "workload": workload, "interface": interface,
@@ -309,49 +450,74 @@ def _log_heuristic(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id
 
 def _evaluate_trial(sweep: SweepConfig, result: Any, run_id: str, client: Any,
                     eval_dir: Path) -> dict[str, Any]:
+    """Evaluate the trial's final checkpoint into its run (unless a resumed sweep did)."""
     from cloudrl.evaluate import EvalConfig, evaluate
 
     algo, workload, seed = _trial_keys(result.config)
     ckpt = Path(result.checkpoint.path)
+    step = int(result.metrics.get("env_steps", 0))
+    run = client.get_run(run_id)
+    row = {"run_id": run_id, "policy": algo, "workload": workload, "run_seed": seed,
+           "checkpoint": str(ckpt), "env_steps": step,
+           "num_failures": int(run.data.tags.get("num_failures", 0))}
+    metrics = _logged_test_metrics(run)
+    if metrics is not None and run.data.tags.get("checkpoint") == str(ckpt):
+        return {**row, **metrics}
     interface = sweep.train_config(algo, workload, seed).interface()
     cfg = EvalConfig(env=sweep.env_config(workload), policies=[str(ckpt)], interface=interface,
                      n_seeds=sweep.eval_seeds, workers=sweep.eval_workers)
     results = evaluate(cfg, progress=sweep.verbose > 0)
     client.set_tag(run_id, "checkpoint", str(ckpt))
-    step = int(result.metrics.get("env_steps", 0))
     metrics = log_evaluation(client, run_id, results, eval_dir / run_name(
         algo, workload, sweep.n_servers, seed), step, cfg)
-    return {"run_id": run_id, "policy": algo, "workload": workload, "run_seed": seed,
-            "checkpoint": str(ckpt), "env_steps": step, **metrics}
+    return {**row, **metrics}
+
+
+def _start_ray() -> None:
+    from cloudrl.ray_utils import init_ray
+
+    # Each trial keeps one checkpoint (num_to_keep=1), which forces an experiment-state
+    # snapshot per checkpoint; Tune then warns about "excessive" snapshots. Expected here.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    init_ray()
+
+
+def _trainable(sweep: SweepConfig) -> Any:
+    """``sweep_trainable`` with the sweep bound and its resources (the same on resume)."""
+    from ray import tune
+
+    resources: Any = {"cpu": sweep.cpus_per_trial}
+    if sweep.num_env_runners > 0:
+        def resources(config: dict[str, Any]) -> Any:  # driver + remote env runners
+            algo_config = algo_config_for(sweep, sweep.train_config(*_trial_keys(config)))
+            return algo_config.algo_class.default_resource_request(algo_config)
+    return tune.with_resources(
+        tune.with_parameters(sweep_trainable, sweep_config=sweep.model_dump(mode="json"),
+                             fault=_fault_from_env()),
+        resources)
 
 
 def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
     """Run the Tune sweep, evaluate every final checkpoint and the heuristics, log to MLflow.
 
     Returns ``{"sweep_id", "tracking_uri", "experiment", "learned": [...], "heuristics": [...],
-    "failed": [trial ids]}``; each row has the run id and the test metrics.
+    "failed": [trial ids], "experiment_dir"}``; each row has the run id and the test metrics
+    (learned rows also ``num_failures``, the trial's restarts).
     """
     from ray import tune
 
-    from cloudrl.ray_utils import init_ray
-
     check_algo_configs(sweep)
-    # Each trial keeps one checkpoint (num_to_keep=1), which forces an experiment-state
-    # snapshot per checkpoint; Tune then warns about "excessive" snapshots. Expected here.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    init_ray()
+    _start_ray()
     name = sweep.name or f"{sweep.experiment}-{time.strftime('%Y%m%d-%H%M%S')}"
     storage = Path(sweep.storage_path).resolve()
+    # What resume_sweep reads back: the tracking URI and the paths pinned to absolute ones, so
+    # a resume from another directory logs to the same store.
+    sweep = sweep.model_copy(update={
+        "name": name, "storage_path": str(storage),
+        "tracking_uri": tracking.resolve_tracking_uri(sweep.tracking_uri)})
     callback = MlflowTrialCallback(sweep, sweep_id=name)
-    resources: Any = {"cpu": sweep.cpus_per_trial}
-    if sweep.num_env_runners > 0:
-        def resources(config: dict[str, Any]) -> Any:  # driver + remote env runners
-            algo_config = algo_config_for(sweep, sweep.train_config(*_trial_keys(config)))
-            return algo_config.algo_class.default_resource_request(algo_config)
     tuner = tune.Tuner(
-        tune.with_resources(
-            tune.with_parameters(sweep_trainable, sweep_config=sweep.model_dump(mode="json")),
-            resources),
+        _trainable(sweep),
         param_space={"algo": tune.grid_search(list(sweep.algos)),
                      "run_seed": tune.grid_search(list(sweep.run_seeds)),
                      "workload": tune.grid_search(list(sweep.workloads))},
@@ -361,21 +527,71 @@ def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
             # Function trainables checkpoint themselves (tune.report); checkpoint_at_end
             # is for class trainables only.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
             callbacks=[callback]),
     )
-    grid = tuner.fit()
-    eval_dir = storage / name / "eval"
+    (storage / name / SWEEP_FILE).write_text(sweep.model_dump_json(indent=1))  # Tuner made it
+    return _finish(sweep, storage / name, tuner.fit(), callback)
+
+
+def experiment_dir(ref: str | Path, storage_path: str | Path | None = None) -> Path:
+    """A sweep's Tune experiment directory from its path, or its name under ``storage_path``."""
+    path = Path(ref).expanduser()
+    if not path.is_dir():
+        path = Path(storage_path or SweepConfig.model_fields["storage_path"].default) / ref
+    path = path.resolve()
+    if not (path / SWEEP_FILE).is_file():
+        raise ConfigError(f"--resume {ref}: {path} is not a cloudrl sweep directory (no "
+                          f"{SWEEP_FILE}; sweeps started before resume existed lack it)")
+    return path
+
+
+def saved_sweep(exp: Path) -> SweepConfig:
+    """The SweepConfig that ``run_sweep`` saved in experiment dir ``exp``."""
+    try:
+        return SweepConfig.model_validate_json((exp / SWEEP_FILE).read_text())
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(exp / SWEEP_FILE))) from None
+
+
+def resume_sweep(ref: str | Path, storage_path: str | Path | None = None) -> dict[str, Any]:
+    """Continue a sweep whose driver died (``ref``: see ``experiment_dir``); as run_sweep.
+
+    ``Tuner.restore(..., resume_unfinished=True, resume_errored=True)``: finished trials are
+    kept, unfinished and errored ones go on from their last checkpoints. Tune's failure count
+    of a trial carries over: one that errored out after ``max_failures`` restarts is run once
+    more, and a further failure ends it. The trials keep their MLflow runs; trials and
+    heuristics whose evaluation is already logged are not evaluated again.
+    """
+    from ray import tune
+
+    exp = experiment_dir(ref, storage_path)
+    sweep = saved_sweep(exp)
+    if not tune.Tuner.can_restore(exp):
+        raise ConfigError(f"{exp}: no Tune experiment state to restore")
+    _start_ray()
+    tuner = tune.Tuner.restore(str(exp), trainable=_trainable(sweep),
+                               resume_unfinished=True, resume_errored=True)
+    # Tune drives the callback pickled with the experiment; this one only finds the runs.
+    callback = MlflowTrialCallback(sweep, sweep_id=sweep.name or exp.name)
+    return _finish(sweep, exp, tuner.fit(), callback)
+
+
+def _finish(sweep: SweepConfig, exp: Path, grid: Any,
+            callback: MlflowTrialCallback) -> dict[str, Any]:
+    """After ``fit()``: evaluate each trial's final checkpoint, then the heuristics."""
+    eval_dir = exp / "eval"
     learned, failed = [], []
     for result in grid:
         trial_id = (result.metrics or {}).get("trial_id")
-        if result.error is not None or result.checkpoint is None or trial_id is None:
+        run_id = callback.run_id_for(trial_id) if trial_id is not None else None
+        if result.error is not None or result.checkpoint is None or run_id is None:
             failed.append(trial_id or str(result.path))
             log.error("trial %s failed: %s", trial_id or result.path, result.error)
             continue
-        learned.append(_evaluate_trial(sweep, result, callback.run_ids[trial_id],
-                                       callback.client, eval_dir))
-    heuristics = _evaluate_heuristics(sweep, name, callback.client, callback.experiment_id,
-                                      eval_dir) if sweep.heuristics else []
-    return {"sweep_id": name, "tracking_uri": callback.client.tracking_uri,
+        learned.append(_evaluate_trial(sweep, result, run_id, callback.client, eval_dir))
+    heuristics = _evaluate_heuristics(sweep, callback.sweep_id, callback.client,
+                                      callback.experiment_id, eval_dir) if sweep.heuristics else []
+    return {"sweep_id": callback.sweep_id, "tracking_uri": callback.client.tracking_uri,
             "experiment": sweep.experiment, "learned": learned, "heuristics": heuristics,
-            "failed": failed}
+            "failed": failed, "experiment_dir": str(exp)}

@@ -3,12 +3,23 @@
 One module-scoped sweep (masked PPO and DQN x 1 run seed x poisson, N=5,
 50-tick episodes, 2 iterations of 64 env steps each, 2 test seeds) feeds the
 tests that read it back with ``mlflow.search_runs`` and ``get_metric_history``.
+
+Fault tolerance: one-trial PPO sweeps (3 iterations of 64 env steps, a
+checkpoint after each) in which the test-only hook ``$CLOUDRL_SWEEP_TEST_FAULT``
+SIGKILLs the trial's process (Tune restarts the trial from its checkpoint) or
+the sweep's driver, a ``cloudrl sweep`` subprocess (``cloudrl sweep --resume``
+continues it), once, during iteration 2, before that iteration is reported.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,10 @@ TINY: dict[str, Any] = dict(
     eval_seeds=2, eval_workers=1, experiment="test-sweep", max_concurrent_trials=2, verbose=0,
 )
 HEURISTIC_NAMES = {"round_robin", "sjf", "ffd", "power_aware"}
+# One PPO trial, 3 iterations, a checkpoint after each; at most one restart.
+ONE_TRIAL: dict[str, Any] = dict(
+    TINY, algos=["ppo"], env_steps=3 * STEPS_PER_ITER, checkpoint_every=1, heuristics=[],
+    max_concurrent_trials=1, max_failures=1, experiment="test-sweep-faults")
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +172,100 @@ def test_compare_cli_writes_table_plots_and_logs_a_compare_run(
     assert logged == {"comparison.csv", "comparison.md", "pareto.png", "learning_curves.png"}
 
 
+# -- fault tolerance -------------------------------------------------------------------------
+
+def _reported(exp_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
+    """The sweep's one Tune trial and every result it reported, all attempts, in order."""
+    from ray import tune
+
+    (trial,) = tune.ExperimentAnalysis(str(exp_dir)).trials
+    lines = (Path(trial.local_path) / "result.json").read_text().splitlines()
+    return trial, [json.loads(line) for line in lines]
+
+
+def _one_learned_run(uri: str) -> tuple[Any, Any]:
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=[ONE_TRIAL["experiment"]])
+    assert len(runs) == 1 and runs["tags.kind"].iloc[0] == "learned"
+    client = tracking.make_client(uri)
+    return client, client.get_run(runs["run_id"].iloc[0])
+
+
+def _assert_continued_from_the_checkpoint(client: Any, run: Any, results: list) -> None:
+    # Iteration 2's first attempt died before reporting; the restart restored iteration 1's
+    # checkpoint (64 env steps) and counted on. From scratch it would report 64 again.
+    assert [int(r["env_steps"]) for r in results] == [64, 128, 192]
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
+    hist = sorted(client.get_metric_history(run.info.run_id, "env_steps"), key=lambda m: m.step)
+    assert [m.step for m in hist] == [64, 128, 192]
+    assert run.info.status == "FINISHED"
+    assert "test/energy_kwh_mean" in run.data.metrics
+    assert run.data.tags["checkpoint"].endswith("checkpoint_000002")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_killed_trial_restarts_from_its_checkpoint_in_the_same_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cloudrl.sweep import FAULT_ENV, SweepConfig, run_sweep
+
+    marker = tmp_path / "fault_fired"
+    monkeypatch.setenv(FAULT_ENV, f"trial:2:{marker}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = run_sweep(SweepConfig(**ONE_TRIAL, storage_path=str(tmp_path / "tune"),
+                                tracking_uri=uri))
+    assert marker.exists()  # the fault fired
+    assert out["failed"] == []
+    (row,) = out["learned"]
+    assert row["num_failures"] == 1 and row["env_steps"] == 192
+    trial, results = _reported(out["experiment_dir"])
+    assert trial.num_failures == 1 and trial.status == "TERMINATED"
+    client, run = _one_learned_run(uri)
+    assert run.info.run_id == row["run_id"] and run.data.tags["num_failures"] == "1"
+    _assert_continued_from_the_checkpoint(client, run, results)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_resume_after_the_driver_died_continues_the_trial_and_its_mlflow_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import ray
+
+    from cloudrl.cli import main
+    from cloudrl.sweep import FAULT_ENV
+
+    marker = tmp_path / "fault_fired"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = tmp_path / "sweep.yaml"  # JSON is YAML
+    config.write_text(json.dumps({**ONE_TRIAL, "storage_path": str(tmp_path / "tune"),
+                                  "tracking_uri": uri, "name": "died"}))
+    # The driver: a `cloudrl sweep` process on this session's Ray, killed in iteration 2.
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+           FAULT_ENV: f"driver:2:{marker}", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "cloudrl", "sweep", "--config", str(config)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert marker.exists()
+    client, run = _one_learned_run(uri)
+    assert run.info.status == "RUNNING"  # nobody ended it
+
+    argv = ["sweep", "--resume", "died", "--storage-path", str(tmp_path / "tune")]
+    assert main(argv) == 0
+    assert "ppo  poisson" in capsys.readouterr().out
+    trial, results = _reported(tmp_path / "tune" / "died")
+    assert trial.num_failures == 0  # a dead driver is not a trial failure
+    client, resumed = _one_learned_run(uri)
+    assert resumed.info.run_id == run.info.run_id
+    _assert_continued_from_the_checkpoint(client, resumed, results)
+
+    # Resuming a finished sweep again opens no run and evaluates nothing again.
+    assert main(argv) == 0
+    client, again = _one_learned_run(uri)
+    assert again.info.run_id == run.info.run_id
+    assert len(client.get_metric_history(run.info.run_id, "test/energy_kwh_mean")) == 1
+
+
 # -- config and tracking, no Ray ------------------------------------------------------------
 
 def test_tracking_uri_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,6 +305,25 @@ def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) 
     env = cfg.env_config("poisson")
     assert (env.sim.fleet.n_servers, env.sim.episode_length, env.workload.rate) == (7, 30, 0.5)
     assert cfg.train_config("dqn", "poisson", 3).run_seed == 3
+
+
+def test_max_failures_and_resume_errors_name_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cloudrl.cli import main
+    from cloudrl.config import load_config
+    from cloudrl.sweep import SweepConfig
+
+    assert main(["sweep", "--max-failures", "-2"]) == 2
+    err = capsys.readouterr().err
+    assert "max_failures" in err and "-2" in err
+    with pytest.raises(ConfigError, match="max_failures"):
+        load_config(SweepConfig, None, {"max_failures": "often"})
+    assert SweepConfig().max_failures == 2 and SweepConfig(max_failures=-1).max_failures == -1
+    # --resume takes the sweep's saved config, and needs a directory that has one.
+    assert main(["sweep", "--resume", "x", "--algos", "ppo", "--max-failures", "3"]) == 2
+    assert "drop --algos --max-failures" in capsys.readouterr().err
+    assert main(["sweep", "--resume", str(tmp_path)]) == 2
+    assert "not a cloudrl sweep directory" in capsys.readouterr().err
 
 
 def test_comparison_rows_mark_branching_policies_and_default_old_runs_to_flat():
