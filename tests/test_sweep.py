@@ -90,7 +90,7 @@ def test_one_finished_run_per_trial_and_heuristic_with_tags(swept: dict[str, Any
 
 
 def test_training_metrics_are_logged_at_env_steps(swept: dict[str, Any]) -> None:
-    from cloudrl.sweep import TRACKED_METRICS
+    from cloudrl.sweep_tracking import TRACKED_METRICS
 
     client = swept["client"]
     for run_id in _kind(swept["runs"], "learned")["run_id"]:
