@@ -3,17 +3,20 @@
 What it does (issue 6):
 
 1. Measured. On the branching cluster env (``cloudrl/ClusterBranching-v0``, N servers,
-   poisson workload) it builds, for 1, 2 and 4 remote env runners, both
+   poisson workload) it builds, for each number of remote env runners, both
 
-   * ``apex``: :class:`cloudrl.apex.ApexBDQ` (async runners with per-runner epsilon, one
-     replay shard actor, the local learner pulling batches asynchronously), and
+   * ``apex``: :class:`cloudrl.apex.ApexBDQ` (async runners with per-runner epsilon that
+     assemble n-step transitions and compute their initial priorities, one replay shard
+     actor, the local learner pulling batches asynchronously), and
    * ``sync``: the stock BDQ algorithm (``BDQConfig`` = DQN's synchronous
      ``training_step``: sample from all runners, add to the driver's
-     ``PrioritizedEpisodeReplayBuffer``, one learner update, repeat),
+     ``PrioritizedEpisodeReplayBuffer``, update, repeat),
 
    from the same ``cloudrl.training.build_algo_config`` settings (8 vectorized envs per
-   runner, DQN's ``rollout_fragment_length="auto"`` = n_step = 3, i.e. 24 env steps per
-   ``sample()`` call, batch 64, hidden 128, learning starts after 1000 env steps). Each
+   runner, batch 64, hidden 128, learning starts after 1000 env steps; ``--fragment``
+   sets ``rollout_fragment_length`` for both, default DQN's "auto" = n_step = 3 steps per
+   env; ``--max-replay-ratio`` caps Ape-X's learner and is the sync DQN's
+   ``training_intensity``, the same ratio of trained samples to sampled steps). Each
    configuration trains for a warm-up (until the learner has updated and ``--warmup`` s
    have passed), then for a fixed wall-clock window (``--window`` s); the window's env
    steps/s and learner updates/s (calls of ``learner_group.update``, one gradient step
@@ -23,13 +26,14 @@ What it does (issue 6):
    + driver oversubscribe the 2 cores ~3x. Scaling efficiency = throughput(2) /
    throughput(1) (the issue's target for Ape-X: >= 1.7x).
 
-2. Model. In-process, single torch thread, it times the pieces one Ape-X shard and the
-   learner are made of: ``ReplayShard.add`` of one runner fragment (F = 24 rows, with
-   the initial-priority forward pass under real weights), ``ReplayShard.sample(64)``,
+2. Model. In-process, single torch thread, it times what one Ape-X shard and the learner
+   do: ``ReplayShard.add`` of one runner call's complete transitions with their
+   priorities (F rows: no model compute, the runners did it), ``ReplayShard.sample(64)``,
    ``ReplayShard.update_priorities`` of 64, and one learner update of 64 (the local
-   ``BDQTorchLearner``), and r = env steps/s of one un-starved runner (a
-   ``SingleAgentEnvRunner`` sampling alone in-process for 15 s, with the conversion to
-   shard rows). With R runners, S shards and 1 learner, each on its own core:
+   ``BDQTorchLearner``), and r = env steps/s of one un-starved actor (a
+   ``SingleAgentEnvRunner`` in-process for 15 s doing what ``sample_into_shard`` does:
+   sample, n-step windows, initial priorities, numpy for the shard, metrics). With R
+   runners, S shards and 1 learner, each on its own core:
 
    * runner demand:  E_R = R * r env steps/s;
    * learner demand: U_L = 1 / t_update updates/s (Ape-X learns as fast as it can);
@@ -37,71 +41,69 @@ What it does (issue 6):
      those demands is rho = (E_R / S / F) * t_add + (U_L / S) * (t_sample + t_prio);
    * rho <= 1: E = E_R (linear in R) and U = U_L (flat); rho > 1: the shards saturate
      and, serving FIFO, slow both by 1/rho: E = E_R / rho, U = U_L / rho. The ceiling of
-     env steps/s is S * F / t_add (shards doing nothing but adds).
+     env steps/s is S * F / t_add (shards doing nothing but adds);
+   * the learner's limit is on learning, not sampling: at replay ratio 1 it keeps up with
+     B / t_update env steps/s; past that, more runners lower the replay ratio.
 
-   Not modelled: the driver's per-report cost (one small report per ``sample()`` call of
-   every runner; at 128 runners x ~30 reports/s each this also becomes a driver load),
-   weight broadcasts (one ``ray.put`` per 4 updates, fanned out to R runners), the
-   network. The reference system (Horgan et al., Ape-X) claims ~20x the env throughput
-   of a single node with linear actor scaling up to hundreds of actors; the model says
-   how far linear goes here before the shards or the learner cap it.
+   Not modelled: the driver's per-report cost (one small report per runner call, ~6/s
+   per runner at F=128), weight broadcasts (one ``ray.put`` per 4 updates, fanned out to R
+   runners), the network. The reference system (Horgan et al., Ape-X) claims ~20x the env
+   throughput of a single node with linear actor scaling up to hundreds of actors.
 
-How to run (starts its own Ray; ~10-12 minutes with the defaults)::
+How to run (starts its own Ray; ~10 minutes for 2 kinds x 3 runner counts)::
 
     .venv/bin/python experiments/bench_scaling.py [--n-servers 15] [--runners 1 2 4]
         [--warmup 15] [--window 45] [--num-cpus 8] [--max-replay-ratio X]
-        [--kinds apex sync] [--model-only]
+        [--fragment 16] [--kinds apex sync] [--model-only] [--rate R]
 
-Results measured 2026-11-22 03:39-03:51 on the 2-core dev machine, N=15, 40 s windows
-after >= 15 s warm-up (``--window 40``), Ray num_cpus=8 (1 CPU per runner and per shard,
-so 4 runners oversubscribe the 2 cores). The machine was SHARED: another engineer's
-``cloudrl train --algo apex_bdq`` with 2 runners ran during the first run (``uptime``
-load average 2.0 before, 1.4-4.3 during, 2.7 after), so absolute rates are low and
-noisy. Default run (Ape-X learner unthrottled, ``max_replay_ratio`` None)::
+Results measured 2026-11-22 06:54-07:10 on the idle 2-core dev machine (load average
+1.5-3 from the runs themselves), N=15, 30 s windows after >= 10 s warm-up.
+
+(a) Sampling scaling, learner nearly idle (``--max-replay-ratio 0.05 --fragment 16``;
+the sync DQN at ``training_intensity`` 0.05)::
 
     algo  runners  env steps/s  updates/s  ms/update learn share driver cores replay ratio
-    apex        1           70       5.67      134.0        0.76         1.03        5.164
-    sync        1          126       5.23       68.4        0.36         0.95        2.667
-    apex        2          186       7.74       68.6        0.53         1.01        2.667
-    sync        2          166       3.45       93.5        0.32         0.83        1.333
-    apex        4          224       3.88      135.5        0.53         0.74        1.110
-    sync        4          228       2.37       98.1        0.23         0.71        0.667
-    scaling 1->2 runners (env steps/s, updates/s): apex 2.65x / 1.37x, sync 1.32x / 0.66x
-            1->4 runners:                          apex 3.18x / 0.68x, sync 1.82x / 0.45x
+    apex        1          778       0.59       47.8        0.03         0.09        0.049
+    sync        1          674       1.05       43.4        0.05         0.24        0.100
+    apex        2         1287       0.99       45.5        0.04         0.12        0.049
+    sync        2          966       1.26       49.3        0.06         0.33        0.083
+    scaling 1->2 runners: apex 1.65x, sync 1.43x; apex / sync 1.15x (1), 1.33x (2)
 
-The 2.65x of Ape-X is not real scaling: with one runner its free-running learner took
-0.76 of the window (replay ratio 5.2) and starved the runner on 2 cores; with two the
-learner's share fell. Throttled (``--kinds apex --runners 1 2 --max-replay-ratio 1``)::
+Same, DQN's default fragment (``auto`` = 3 steps per env, 24 per call): apex 490 and 687
+env steps/s with 1 and 2 runners (1.40x): per-call costs dominate 24-step rollouts, which
+is why ``ApexBDQConfig`` defaults to ``rollout_fragment_length`` 16.
 
-    apex        1          318       4.94       61.8        0.31         0.64        0.996
-    apex        2          385       6.02       58.1        0.35         0.75        1.000
-    scaling 1->2 runners: 1.21x / 1.22x (target 1.7x: missed; 2 cores for 2 runners,
-    shard, learner and the other engineer's training)
+(b) Learning at replay ratio 1 (``--max-replay-ratio 1 --fragment 16 --runners 1 2 4``)::
 
-Model (second run's inputs: F=24, t_add 9.0 ms, t_sample(64) 0.44 ms, t_prio(64)
-0.43 ms, t_update(64) 45.8 ms, r = 773 env steps/s per un-starved runner; shard add
-ceiling 2661 env steps/s per shard, learner 21.8 updates/s)::
+    apex        1          653      10.20       47.2        0.48         0.63        1.000
+    sync        1          255       7.97       50.4        0.40         0.65        2.000
+    apex        2          654      10.34       49.1        0.51         0.65        1.013
+    sync        2          381       8.93       47.7        0.43         0.73        1.500
+    apex        4          817       7.63       49.7        0.38         0.50        0.598
+    sync        4          427       8.33       48.6        0.40         0.69        1.250
+    scaling 1->2: apex 1.00x, sync 1.49x; apex / sync: 2.56x (1), 1.72x (2), 1.92x (4)
 
-    runners shards  env steps/s x 1 runner  updates/s shard load  bound
-         16      1         2651        3.4        4.7       4.67  shards
-         16      4        10603       13.7       18.7       1.17  shards
-         16      8        12372       16.0       21.8       0.58  runners (linear)
-         64      1         2659        3.4        1.2      18.61  shards
-         64      4        10635       13.8        4.7       4.65  shards
-         64      8        21270       27.5        9.4       2.33  shards
-        128      1         2660        3.4        0.6      37.21  shards
-        128      4        10640       13.8        2.3       9.30  shards
-        128      8        21281       27.5        4.7       4.65  shards
+With a learner doing ~10 updates of 64 per second, the one runner plus the learner
+already fill the 2 cores (runner ~0.75 core, driver 0.63, shard and Ray the rest), so a
+second runner has no core to run on: 1->2 is 1.00x here, and the >= 1.7x target is met
+only in (a) (1.65x, with the learner idle). The sync DQN cannot hold the ratio at 1 with
+one runner (its sample/update loop is serial; ratio 2.0) and is 1.7-2.6x slower.
 
-The shards, not the learner, cap it: one add of a 24-row fragment costs ~9-13 ms, mostly
-the initial-priority forward pass (online + target net on obs and next obs), i.e. a
-shard stores ~2.7k env steps/s, ~3.4 runners' worth. Linear scaling holds up to about
-3.4 runners per shard; 128 runners x 8 shards reach ~28x one runner (the Ape-X paper's
-~20x over one node is within reach only with >= 6 shards), and a saturated shard also
-slows the learner's sampling (updates/s fall with 1/load) because adds and samples
-share the shard's one thread. A first run of the model with r taken from the starved
-Ape-X 1-runner row (70 env steps/s) said "linear to 128 runners with 8 shards" -- the
-per-runner rate must be the un-starved one.
+Model (run (b)'s inputs: F=126 rows per call, t_add 1.31 ms, t_sample(64) 0.73 ms,
+t_prio(64) 0.40 ms, t_update(64) 41.6 ms, r = 873 env steps/s per un-starved actor)::
+
+    runners shards  env steps/s x 1 runner  updates/s shard load replay ratio  bound
+         16      1        13969       16.0       24.0       0.17        0.110  runners
+         64      1        55876       64.0       24.0       0.61        0.028  runners
+        128      1        94291      108.0       20.3       1.19        0.014  shards
+        128      4       111752      128.0       24.0       0.30        0.014  runners
+
+Since the actors compute the initial priorities (Ape-X's design), a shard stores ~96k
+env steps/s (it did ~2.7k when it ran the priority forward pass itself: a 24-row add took
+9 ms), so one shard feeds ~100 actors and 4 shards keep 128 actors linear. The learner is
+the real limit: one CPU learner at replay ratio 1 keeps up with ~1.5k env steps/s, about
+two actors; beyond that actors add data diversity but the replay ratio falls as 1/R, so a
+cluster needs a GPU learner with large batches (README, "Sizing a cluster").
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ LEARNING_STARTS = 1000
 def algo_config(kind: str, runners: int, n_servers: int,
                 max_replay_ratio: float | None = None, fragment: int | None = None) -> Any:
     """``build_algo_config``'s BDQ; for ``apex`` the same settings in an ApexBDQConfig
-    (``fragment``: its ``rollout_fragment_length`` per env; None: DQN's auto = n_step)."""
+    (``fragment``: ``rollout_fragment_length`` per env, None: DQN's auto = n_step; a
+    ``max_replay_ratio`` caps Ape-X's learner and is the sync DQN's ``training_intensity``)."""
     cfg = TrainConfig(algo="bdq", env={"n_servers": n_servers, "workload": {"kind": "poisson"}},
                       num_env_runners=runners, env_steps=1_000_000,
                       envs_per_runner=ENVS_PER_RUNNER, hidden=HIDDEN,
@@ -146,12 +149,12 @@ def algo_config(kind: str, runners: int, n_servers: int,
                                "train_batch_size_per_learner": BATCH, "n_step": N_STEP})
     config = build_algo_config(cfg)
     config.env_runners(num_cpus_per_env_runner=1.0)
-    if kind == "sync":
-        return config
+    if fragment:
+        config.env_runners(rollout_fragment_length=fragment)
+    if kind == "sync":  # DQN's training_intensity is the same ratio as max_replay_ratio
+        return config.training(training_intensity=max_replay_ratio)
     apex = ApexBDQConfig().update_from_dict(config.to_dict())
     assert apex.env_config == config.env_config and apex.num_env_runners == runners
-    if fragment:
-        apex.env_runners(rollout_fragment_length=fragment)
     return apex.training(num_replay_shards=1, num_cpus_per_replay_shard=1.0,
                          replay_shard_capacity=100_000, max_replay_ratio=max_replay_ratio)
 
@@ -345,6 +348,10 @@ def print_model(costs: dict[str, float], rate: float, measured_1: float | None) 
             print(f"{runners:>7} {shards:>6} {p['env_steps_per_s']:>12.0f} "
                   f"{p['env_steps_per_s'] / rate:>10.1f} {p['updates_per_s']:>10.1f} "
                   f"{p['shard_load']:>10.2f} {ratio:>12.3f}  {p['bound']}")
+    feed = BATCH / costs["t_update"]
+    print(f"learner: at replay ratio 1 it keeps up with {feed:.0f} env steps/s = "
+          f"{feed / rate:.1f} runners; beyond that more runners only lower the replay ratio "
+          "(a GPU learner or larger batches move this limit)")
     best = predict(128, 8, rate, costs)["env_steps_per_s"]
     print(f"reference (Ape-X paper): ~20x one node, linear in actors. Model at 128 runners, "
           f"8 shards: {best / rate:.0f}x one runner"
