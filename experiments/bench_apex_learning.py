@@ -30,9 +30,10 @@ How to run (~15 min with the defaults: two ~2-3 min trainings, then ~16 evaluati
 
 ``--report-only`` prints the tables again from ``<out>/points.json``.
 
-Results measured 2026-11-22 on the idle 2-core dev machine (defaults: N=15, poisson,
-30k env steps, Ape-X 2 actors / 2 shards / max_replay_ratio cap 2.67, torch 1 thread,
-50 test seeds; mean and 95% CI). Second run (07:45-08:05), with the replay ratios::
+Results measured 2026-11-22 between 07:07 and 07:46, two runs one after the other, on the
+idle 2-core dev machine (defaults: N=15, poisson, 30k env steps, Ape-X 2 actors / 2
+shards / max_replay_ratio cap 2.67, torch 1 thread, 50 test seeds; mean and 95% CI).
+Second run, with the replay ratios::
 
     algo      train s env steps ratio      test reward     energy kWh        SLA viol.
     bdq          21.0      7056  1.91  -12688.7 ±1900.0    34.9 ± 0.7    22.90% ±4.16
@@ -52,7 +53,7 @@ Results measured 2026-11-22 on the idle 2-core dev machine (defaults: N=15, pois
       bdq       reaches it after 101 s (28224 env steps)
       apex_bdq  does not reach it
 
-First run (07:10-07:30, same settings, before the ratio column existed): BDQ identical
+First run (same settings, before the ratio column existed): BDQ identical
 (it is deterministic: -3332.3 at 80.6 s, final -9749.9 at 106.3 s; its 28k-step point fell
 at 29,232 steps there, -3584.4); Ape-X -3072.2 (21.1 s), -3269.0 (41.2 s), -2958.4 (47.0
 s, final, 0.12% viol.): it reached both BDQ targets after 21 s.

@@ -69,6 +69,9 @@ the sync DQN at ``training_intensity`` 0.05)::
     sync        2          966       1.26       49.3        0.06         0.33        0.083
     scaling 1->2 runners: apex 1.65x, sync 1.43x; apex / sync 1.15x (1), 1.33x (2)
 
+Run-to-run noise is large on this box: the same measurement at ``--fragment 32`` right
+after another job gave 682 / 1021 env steps/s (1.50x).
+
 Same, DQN's default fragment (``auto`` = 3 steps per env, 24 per call): apex 490 and 687
 env steps/s with 1 and 2 runners (1.40x): per-call costs dominate 24-step rollouts, which
 is why ``ApexBDQConfig`` defaults to ``rollout_fragment_length`` 16.
