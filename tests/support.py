@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 from envs.workloads.base import JobTable
 
 
@@ -24,3 +27,25 @@ class FixedWorkload:
 
     def mean_duration(self, fleet):
         return 1.0
+
+
+def descendants(pid: int) -> dict[int, Any]:
+    """``psutil.Process`` handles of every descendant of ``pid`` (they survive pid reuse:
+    psutil refuses to signal a pid that now belongs to another process)."""
+    import psutil
+
+    try:
+        return {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return {}
+
+
+def reap(processes: dict[int, Any], timeout_s: float = 10.0) -> None:
+    """Wait for ``processes`` (psutil handles) to exit; SIGKILL the ones still alive."""
+    import psutil
+
+    _, alive = psutil.wait_procs(list(processes.values()), timeout=timeout_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=10)

@@ -29,7 +29,6 @@ kills every Ray process on the machine, other users' sessions included.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import ipaddress
 import json
@@ -53,6 +52,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support import descendants, reap
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_YAML = REPO / "cluster.yaml"
@@ -279,23 +280,10 @@ class LocalCluster:
             pytest.fail(f"job {submission_id} did not finish within {timeout:.0f} s")
 
 
-def _descendants(pid: int) -> dict[int, Any]:
-    """``psutil.Process`` handles of every descendant of ``pid`` (they survive pid reuse:
-    psutil refuses to signal a pid that now belongs to another process)."""
-    import psutil
-
-    try:
-        return {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.NoSuchProcess:
-        return {}
-
-
 def _stop_tree(root: subprocess.Popen[bytes], procs: dict[int, Any], grace_s: float = 30) -> None:
     """SIGTERM the ``ray start --block`` process (it shuts its node down), then
     SIGKILL whatever of the processes seen under it is still alive."""
-    import psutil
-
-    procs = {**procs, **_descendants(root.pid)}
+    procs = {**procs, **descendants(root.pid)}
     if root.poll() is None:
         root.send_signal(signal.SIGTERM)
         try:
@@ -303,11 +291,7 @@ def _stop_tree(root: subprocess.Popen[bytes], procs: dict[int, Any], grace_s: fl
         except subprocess.TimeoutExpired:
             root.kill()
             root.wait(timeout=10)
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=10)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=10)
+    reap(procs)
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +338,7 @@ def local_cluster() -> Iterator[LocalCluster]:
         # Ready when the job API answers an authenticated request.
         deadline = time.monotonic() + 180
         while True:
-            started.update(_descendants(head.pid))
+            started.update(descendants(head.pid))
             if head.poll() is not None:
                 pytest.fail(f"ray start exited with {head.returncode}:\n"
                             f"{log_path.read_text(errors='replace')[-4000:]}")

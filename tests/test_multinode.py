@@ -63,6 +63,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import descendants, reap
+
 REPO = Path(__file__).resolve().parents[1]
 WORKER_CPUS = 2
 N_WORKERS = 2
@@ -169,21 +171,10 @@ class MultiNode:
     startup_s: float
 
 
-def _descendants(pid: int) -> dict[int, Any]:
-    import psutil
-
-    try:
-        return {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.NoSuchProcess:
-        return {}
-
-
 def _stop(helper: subprocess.Popen[bytes], seen: dict[int, Any]) -> None:
     """Close the helper's stdin (it shuts the cluster down), then SIGKILL whatever of the
     processes seen under it is still alive."""
-    import psutil
-
-    seen = {**seen, **_descendants(helper.pid)}
+    seen = {**seen, **descendants(helper.pid)}
     with contextlib.suppress(OSError):
         helper.stdin.close()
     try:
@@ -191,11 +182,7 @@ def _stop(helper: subprocess.Popen[bytes], seen: dict[int, Any]) -> None:
     except subprocess.TimeoutExpired:
         helper.send_signal(signal.SIGKILL)
         helper.wait(timeout=10)
-    _, alive = psutil.wait_procs(list(seen.values()), timeout=15)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=10)
+    reap(seen, timeout_s=15)
 
 
 @pytest.fixture(scope="module")
@@ -219,12 +206,12 @@ def multinode() -> Iterator[MultiNode]:
     try:
         deadline = time.monotonic() + 180
         while not info_path.exists():
-            seen.update(_descendants(helper.pid))
+            seen.update(descendants(helper.pid))
             if helper.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("the Ray cluster did not start:\n"
                             f"{log_path.read_text(errors='replace')[-4000:]}")
             time.sleep(0.5)
-        seen.update(_descendants(helper.pid))
+        seen.update(descendants(helper.pid))
         info = json.loads(info_path.read_text())
         yield MultiNode(info["address"], info["head"], info["workers"], env,
                         time.perf_counter() - start)
