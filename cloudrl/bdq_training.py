@@ -71,6 +71,7 @@ class EpisodeStreams:
     num_streams: int
     open_steps: dict[str, int] = field(default_factory=dict)  # steps added per open episode
     _ids: dict[str, int] = field(default_factory=dict)
+    _evicted: list[int] = field(default_factory=list)
 
     def stream_of(self, episode_id: str) -> int:
         if episode_id not in self._ids:
@@ -80,8 +81,17 @@ class EpisodeStreams:
                 oldest = next(iter(self._ids))
                 free = [self._ids.pop(oldest)]
                 self.open_steps.pop(oldest, None)
+                self._evicted.append(free[0])
             self._ids[episode_id] = free[0]
         return self._ids[episode_id]
+
+    def take_evicted(self) -> list[int]:
+        """Streams handed to a new episode while an old one never ended (its env runner
+        died, say) since the last call: the buffer must drop their pending rows
+        (``DeviceReplayBuffer.discard_pending``) before the new rows go in, or the new
+        episode's first windows would join the dead one's rows."""
+        evicted, self._evicted = self._evicted, []
+        return evicted
 
     def advance(self, episode_id: str, steps: int, done: bool) -> None:
         if done:
@@ -208,6 +218,9 @@ def device_replay_training_step(algo: Any) -> None:
         metrics.aggregate(runner_results, key=ENV_RUNNER_RESULTS)
         with metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
             transitions = episodes_to_transitions(episodes, replay.streams)
+            evicted = replay.streams.take_evicted()
+            if evicted:
+                replay.buffer.discard_pending(evicted)
             if transitions is not None:
                 replay.buffer.add(transitions)
                 replay.num_added += len(transitions["reward"])

@@ -77,8 +77,9 @@ def obs_spec_from_space(space: Any) -> dict[str, tuple[tuple[int, ...], torch.dt
     return out
 
 
-def _slice_rows(batch: Mapping[str, Any], start: int, stop: int) -> dict[str, Any]:
-    return {k: (None if v is None else _slice_rows(v, start, stop) if isinstance(v, Mapping)
+def slice_rows(batch: Mapping[str, Any], start: int, stop: int) -> dict[str, Any]:
+    """Rows ``start:stop`` of every array in a (nested) batch; None values stay None."""
+    return {k: (None if v is None else slice_rows(v, start, stop) if isinstance(v, Mapping)
                 else v[start:stop]) for k, v in batch.items()}
 
 
@@ -255,7 +256,7 @@ class DeviceReplayBuffer:
         if n_rows > self._max_rows:  # one call must not emit more rows than the ring holds
             stored = torch.zeros((), dtype=torch.long, device=dev)
             for start in range(0, n_rows, self._max_rows):
-                stored = stored + self.add(_slice_rows(batch, start, start + self._max_rows))
+                stored = stored + self.add(slice_rows(batch, start, start + self._max_rows))
             return stored
         sid = batch.get("stream_id")
         sid = (torch.zeros(n_rows, dtype=torch.long, device=dev) if sid is None
@@ -339,11 +340,10 @@ class DeviceReplayBuffer:
         Returns the number of transitions stored.
         """
         cap = self.config.capacity
-        n = len(transitions["rewards"])
-        keep = slice(max(0, n - cap), n)
-        rows = {k: ({kk: vv[keep] for kk, vv in v.items()} if isinstance(v, Mapping)
-                    else v[keep]) for k, v in transitions.items() if k != "weights"}
-        n = len(rows["rewards"])
+        total = len(transitions["rewards"])
+        first = max(0, total - cap)
+        rows = slice_rows(transitions, first, total)
+        n = total - first
         if n == 0:
             return 0
         slot = (self._ptr + torch.arange(n, device=self.device)) % cap
@@ -356,7 +356,7 @@ class DeviceReplayBuffer:
         if td_abs is None:
             self._trees.set(slot, self._max_priority.expand(n))
         else:
-            self.update_priorities(slot, self._to_device(td_abs, torch.float64)[keep])
+            self.update_priorities(slot, self._to_device(td_abs, torch.float64)[first:])
         self._ptr = (self._ptr + n) % cap
         self._size = torch.clamp(self._size + n, max=cap)
         return n

@@ -155,6 +155,20 @@ def test_actor_assembles_the_same_windows_as_the_learner_replay(env) -> None:
         torch.testing.assert_close(mine[key], theirs[key])
 
 
+def test_a_stream_reused_for_a_new_episode_does_not_join_the_dead_ones_windows(env) -> None:
+    assembler = NStepAssembler(env.observation_space, len(env.branch_sizes), N_STEP, 0.9,
+                               num_streams=2)
+    assert assembler.push(rows(env, 4, seed=5, stream=0)) is not None  # 2 rows wait
+    assert len(assembler.push(rows(env, 4, seed=6, stream=1))["rewards"]) == 2
+    assembler.discard([0])  # stream 0's episode will never continue
+    new = rows(env, 3, seed=7, stream=0)
+    got = assembler.push(new)
+    assert len(got["rewards"]) == 1  # only the new episode's first window
+    torch.testing.assert_close(got["obs"]["macro"][0], torch.as_tensor(new["obs"]["macro"][0]))
+    # Stream 1's waiting rows survive and complete with its next row.
+    assert len(assembler.push(rows(env, 1, seed=8, stream=1))["rewards"]) == 1
+
+
 def test_actor_priorities_are_the_learners_when_target_equals_online(env) -> None:
     """The runner's inference-only module (no target net) gives the learner's priorities
     whenever the target network equals the online one; in general it differs."""

@@ -57,7 +57,9 @@ def test_episode_streams_free_ids_at_episode_end_and_count_pending_rows() -> Non
     assert streams.pending_rows(n_step=3) == 2 + 1
     streams.advance("a", 2, done=True)  # "a" ends: its stream is free again
     assert streams.stream_of("c") == 0 and streams.pending_rows(3) == 1
+    assert streams.take_evicted() == []  # "a" ended: nothing to drop
     assert streams.stream_of("d") == 1  # all taken: the oldest ("b") is reused
+    assert streams.take_evicted() == [1] and streams.take_evicted() == []
 
 
 @pytest.mark.usefixtures("ray_session")

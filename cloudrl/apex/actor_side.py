@@ -12,7 +12,9 @@ the number of actors.
   back the incomplete tails until the next call; :meth:`NStepAssembler.push` returns the
   transitions the call completed, in the layout of ``DeviceReplayBuffer.transitions``.
   The tails die with the runner process: a restarted runner starts with empty windows, so
-  no shard ever joins a dead episode's rows to a new one.
+  no shard ever joins a dead episode's rows to a new one (within a process, a stream that
+  ``EpisodeStreams`` hands to a new episode while the old one never ended is cleared with
+  :meth:`NStepAssembler.discard` first).
 * :func:`initial_td_abs`: ``sum_d |delta_d|`` of the branching double-Q error
   (``models.bdq_learner.bdq_td_errors``) with the runner's inference-only module, which has
   no target network: the online network both picks and evaluates the next action (Ape-X
@@ -30,15 +32,10 @@ from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TAR
 from ray.rllib.core.columns import Columns
 
 from cloudrl.bdq_training import DISCOUNTS
-from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
+from cloudrl.replay import DeviceReplayBuffer, ReplayConfig, slice_rows
 from models.bdq_learner import bdq_td_errors
 
 TRANSITION_KEYS = ("obs", "actions", "rewards", "next_obs", "dones", "discounts")
-
-
-def _rows(batch: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
-    return {k: ({kk: vv[start:stop] for kk, vv in v.items()} if isinstance(v, dict)
-                else v[start:stop]) for k, v in batch.items()}
 
 
 def _cat(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,6 +56,12 @@ class NStepAssembler:
                                           action_shape=(num_branches,))
         self._chunk = capacity  # rows per add: what one add stores always fits the ring
 
+    def discard(self, stream_ids: list[int]) -> None:
+        """Drop the incomplete windows of streams whose episodes will never continue
+        (``EpisodeStreams.take_evicted``)."""
+        if stream_ids:
+            self._buffer.discard_pending(stream_ids)
+
     def push(self, rows: dict[str, Any] | None) -> dict[str, Any] | None:
         """Add single-step rows; the n-step transitions they complete (None if none)."""
         if rows is None:
@@ -66,7 +69,7 @@ class NStepAssembler:
         parts = []
         for start in range(0, len(rows["reward"]), self._chunk):
             first = self._buffer.next_slot
-            stored = int(self._buffer.add(_rows(rows, start, start + self._chunk)))
+            stored = int(self._buffer.add(slice_rows(rows, start, start + self._chunk)))
             if stored:
                 slots = (first + torch.arange(stored)) % self.config.capacity
                 parts.append(self._buffer.transitions(slots))

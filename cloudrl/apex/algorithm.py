@@ -219,14 +219,13 @@ class ApexBDQ(Algorithm):
     def _restore_shards(self) -> None:
         restored = self._shards.probe_unhealthy_actors(
             timeout_seconds=_SHARD_PROBE_TIMEOUT_S, mark_healthy=True)
-        if restored:
-            for shard_id in restored:
-                try:
-                    stats = ray.get(self._shard_handles[shard_id].stats.remote(),
-                                    timeout=self.config.env_runner_restore_timeout_s)
-                except (ray.exceptions.RayError, TimeoutError):
-                    continue  # died again; its next reply reports the incarnation
-                self._note_shard_stats(shard_id, stats)
+        for shard_id in restored:
+            try:
+                stats = ray.get(self._shard_handles[shard_id].stats.remote(),
+                                timeout=self.config.env_runner_restore_timeout_s)
+            except (ray.exceptions.RayError, TimeoutError):
+                continue  # died again; its next reply reports the incarnation
+            self._note_shard_stats(shard_id, stats)
 
     # -- the training step --------------------------------------------------------------
     def _env_steps(self) -> int:

@@ -100,7 +100,9 @@ def sample_into_shard(runner: Any, *, shards: list[Any], epsilon: float,
     state = actor_state(runner, epsilon, epsilon_alpha, streams_per_runner, n_step, gamma)
     episodes = runner.sample()
     env_steps = sum(len(ep) for ep in episodes)
-    transitions = state.assembler.push(episodes_to_transitions(episodes, state.streams))
+    rows = episodes_to_transitions(episodes, state.streams)
+    state.assembler.discard(state.streams.take_evicted())
+    transitions = state.assembler.push(rows)
     shard_index = (int(runner.worker_index) - 1) % len(shards)
     _settle(state)
     if transitions is not None:
