@@ -75,7 +75,7 @@ FAULT_ENV = "CLOUDRL_SWEEP_TEST_FAULT"
 class SweepConfig(BaseModel):
     """One sweep: the grid, the shared env and budget, evaluation and tracking."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     algos: list[Algo] = Field(default_factory=lambda: ["ppo", "dqn"], min_length=1)
     run_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)

@@ -34,7 +34,7 @@ ASYNC_ALGOS = frozenset({"appo", "impala"})
 class TrainConfig(BaseModel):
     """One training run. ``hparams`` go to ``AlgorithmConfig.training(...)`` verbatim."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     algo: Algo = "ppo"
     env: EnvConfig = Field(default_factory=EnvConfig)

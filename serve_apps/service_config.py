@@ -21,7 +21,7 @@ TOKEN_ENV = "CLOUDRL_SERVE_TOKEN"
 
 
 class ServiceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     policy: str = Field(default="heuristic:power_aware",
                         description="checkpoint dir, heuristic:NAME or python:MODULE:FACTORY")
