@@ -11,7 +11,7 @@ STAMP := $(VENV)/.cloudrl-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	DS_BUILD_OPS=0 $(PY) -m pip install -q -e ".[dev,train]"
 	touch $(STAMP)
 
 install: $(STAMP)
