@@ -1,0 +1,6 @@
+"""Preference alignment: demonstrations, preference-pair datasets, the safety-bound teacher,
+behaviour cloning and the reward model (issue 12).
+
+Submodules are imported on demand (``from cloudrl.alignment.preferences import read_pairs``)
+so that importing the package stays cheap.
+"""
