@@ -1,6 +1,7 @@
 """Branching Dueling Q-Network (BDQ, Tavakoli et al. 2018) as an RLlib RLModule.
 
-For the branching env's ``MultiDiscrete([n_1, ..., n_D])`` action space:
+For the branching env's ``MultiDiscrete([n_1, ..., n_D])`` action space (``setup``
+rejects any other with a ValueError naming the flat interface's masked modules):
 
 * shared trunk: ``ClusterEncoder`` (macro + micro encoders, fused) -> MLP
   (``trunk_hiddens``); :meth:`BDQTorchRLModule.representation` exposes its output so an
@@ -56,7 +57,11 @@ REPRESENTATION = "representation"
 def branch_sizes_of(action_space: gym.Space) -> list[int]:
     """The branch sizes of a ``MultiDiscrete`` (1-D) action space."""
     if not isinstance(action_space, gym.spaces.MultiDiscrete) or action_space.nvec.ndim != 1:
-        raise ValueError(f"BDQ needs a 1-D MultiDiscrete action space, got {action_space}")
+        raise ValueError(
+            f"BDQTorchRLModule needs the branching interface's 1-D MultiDiscrete action space "
+            f"(cloudrl/ClusterBranching-v0), got {action_space}; the flat interface's "
+            f"Discrete (cloudrl/ClusterScheduling-v0) takes MaskedPPOTorchRLModule, "
+            f"MaskedDQNTorchRLModule or MaskedAPPOTorchRLModule")
     return [int(n) for n in action_space.nvec]
 
 

@@ -46,6 +46,7 @@ from models.encoders import (
     head,
     model_config_dict,
 )
+from models.masked_ppo import flat_action_count
 
 DEFAULT_HEAD_HIDDENS = (128,)
 DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]  # DQNConfig's default schedule
@@ -65,6 +66,7 @@ class MaskedDQNTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, Inference
         super().__init__(*args, **kwargs)
 
     def setup(self) -> None:
+        n_actions = flat_action_count(type(self).__name__, self.action_space)
         cfg = model_config_dict(self.model_config)
         if int(cfg.get("num_atoms", 1)) > 1:
             raise ValueError("MaskedDQNTorchRLModule supports num_atoms=1 only (expected Q)")
@@ -74,7 +76,6 @@ class MaskedDQNTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, Inference
         self.uses_double_q = bool(cfg.get("double_q", True))
         self.epsilon_schedule = Scheduler(
             fixed_value_or_schedule=cfg.get("epsilon", DEFAULT_EPSILON), framework="torch")
-        n_actions = int(self.action_space.n)
         self.encoder = ClusterEncoder(self.observation_space, enc_cfg)
         self.af = head(enc_cfg.hidden, head_hiddens, n_actions, enc_cfg.activation)
         self.vf = (head(enc_cfg.hidden, head_hiddens, 1, enc_cfg.activation)

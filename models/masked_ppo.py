@@ -10,12 +10,21 @@ fields), ``head_hiddens`` (widths of the policy and value heads, default (128,))
 ``vf_share_encoder`` (default True: the value head reads the policy's encoder;
 False builds a separate critic encoder). RLlib's own ``vf_share_layers`` is not
 read: PPOConfig always injects it as False.
+
+The flat masked modules (this one, ``MaskedDQNTorchRLModule``,
+``MaskedAPPOTorchRLModule``) check in ``setup`` that the action space is the flat
+interface's ``Discrete`` and otherwise raise a ``ValueError`` naming the module that
+fits (``BDQTorchRLModule`` for the branching ``MultiDiscrete``). It must be a
+ValueError: ``RLModuleSpec.build`` retries a module whose constructor raised an
+AttributeError (such as ``'MultiDiscrete' object has no attribute 'n'``) through a
+deprecated constructor and reports only that deprecation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
@@ -31,6 +40,18 @@ from models.encoders import (
 )
 
 DEFAULT_HEAD_HIDDENS = (128,)
+FLAT_MODULES = "MaskedPPOTorchRLModule, MaskedDQNTorchRLModule or MaskedAPPOTorchRLModule"
+
+
+def flat_action_count(module: str, action_space: Any) -> int:
+    """Number of flat actions; a ValueError naming the module that fits any other space."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(
+            f"{module} needs the flat interface's Discrete action space "
+            f"(cloudrl/ClusterScheduling-v0), got {action_space}; the branching interface's "
+            f"MultiDiscrete (cloudrl/ClusterBranching-v0) takes BDQTorchRLModule, "
+            f"a Discrete one {FLAT_MODULES}")
+    return int(action_space.n)
 
 
 def mask_logits(logits: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -48,12 +69,13 @@ class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         super().__init__(*args, **kwargs)
 
     def setup(self) -> None:
+        n_actions = flat_action_count(type(self).__name__, self.action_space)
         cfg = model_config_dict(self.model_config)
         enc_cfg = EncoderConfig.from_model_config(cfg)
         head_hiddens = tuple(cfg.get("head_hiddens", DEFAULT_HEAD_HIDDENS))
         self.vf_share_encoder = bool(cfg.get("vf_share_encoder", True))
         self.encoder = ClusterEncoder(self.observation_space, enc_cfg)
-        self.pi = head(enc_cfg.hidden, head_hiddens, int(self.action_space.n),
+        self.pi = head(enc_cfg.hidden, head_hiddens, n_actions,
                        enc_cfg.activation, out_std=0.01)
         self.vf_encoder = None if self.vf_share_encoder else ClusterEncoder(
             self.observation_space, enc_cfg)

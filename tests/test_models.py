@@ -22,9 +22,11 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorica
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED
 
-from envs.cluster_env import ClusterSchedulingEnv
+from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.registration import FLAT_ID, register_rllib_envs
+from models.bdq import BDQTorchRLModule
 from models.encoders import ClusterEncoder, EncoderConfig
+from models.masked_appo import MaskedAPPOTorchRLModule
 from models.masked_dqn import MaskedDQNTorchRLModule
 from models.masked_ppo import MaskedPPOTorchRLModule
 
@@ -63,6 +65,36 @@ def random_obs(env: ClusterSchedulingEnv, batch: int, seed: int,
 def build(cls: type, env: ClusterSchedulingEnv, **model_config) -> torch.nn.Module:
     return cls(observation_space=env.observation_space, action_space=env.action_space,
                model_config={**TINY_MODEL, **model_config})
+
+
+# -- action space vs interface ----------------------------------------------------------------
+
+FLAT_MODULES = [MaskedPPOTorchRLModule, MaskedDQNTorchRLModule, MaskedAPPOTorchRLModule]
+
+
+@pytest.mark.parametrize("cls", [*FLAT_MODULES, BDQTorchRLModule])
+def test_module_on_the_other_interfaces_action_space_names_the_module_that_fits(
+        cls: type, env: ClusterSchedulingEnv) -> None:
+    """Built as RLlib builds it (``RLModuleSpec.build``), not hidden behind its deprecation."""
+    branching = ClusterBranchingEnv(ENV_CONFIG)
+    wrong = env if cls is BDQTorchRLModule else branching
+    spec = RLModuleSpec(module_class=cls, observation_space=wrong.observation_space,
+                        action_space=wrong.action_space, model_config=TINY_MODEL)
+    with pytest.raises(ValueError) as err:
+        spec.build()
+    message = str(err.value)
+    assert "deprecated" not in message and "\n" not in message
+    assert message.startswith(f"{cls.__name__} needs ")
+    assert str(wrong.action_space) in message
+    if cls is BDQTorchRLModule:
+        assert "Discrete action space" in message and "MultiDiscrete" in message
+        assert all(m.__name__ in message for m in FLAT_MODULES)
+    else:
+        assert "MultiDiscrete" in message and "BDQTorchRLModule" in message
+    # On its own interface's space the same spec builds.
+    right = branching if cls is BDQTorchRLModule else env
+    spec.observation_space, spec.action_space = right.observation_space, right.action_space
+    assert isinstance(spec.build(), cls)
 
 
 # -- encoder ------------------------------------------------------------------------------
