@@ -27,7 +27,7 @@ from envs.env_config import EnvConfig
 class EvalConfig(BaseModel):
     """What to evaluate, on which env, with which seeds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     env: EnvConfig = Field(default_factory=EnvConfig)
     interface: Interface = "flat"

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from envs.workloads.google_trace import (
+    EXCLUSION_LABELS,
     ImportReport,
     TraceFormatError,
     TraceJobs,
@@ -41,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return trace
 
 
+def _counts(by_reason: dict[str, int]) -> str:
+    """``evicted 3, never scheduled 2, ...`` in the report's reason order."""
+    order = {reason: i for i, reason in enumerate(EXCLUSION_LABELS)}
+    reasons = sorted(by_reason, key=lambda r: (order.get(r, len(order)), r))
+    return ", ".join(f"{EXCLUSION_LABELS.get(r, r)} {by_reason[r]}" for r in reasons)
+
+
 def format_summary(jobs: TraceJobs, report: ImportReport, out: Path) -> str:
     """A short human summary of an import."""
     hours = report.span_us / 3.6e9
@@ -51,8 +59,10 @@ def format_summary(jobs: TraceJobs, report: ImportReport, out: Path) -> str:
         f"{report.tasks_kept} kept, {report.resubmissions} resubmissions",
     ]
     if report.excluded:
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(report.excluded.items()))
-        lines.append(f"excluded: {reasons}")
+        lines.append(f"excluded: {_counts(report.excluded)}")
+    if report.run_ends:
+        lines.append(f"runs ended without FINISH (all tasks, kept ones too): "
+                     f"{_counts(report.run_ends)}")
     lines.append(f"requests: {report.requests_filled} filled from other events, "
                  f"{report.requests_floored} floored, {report.requests_clipped} clipped")
     if report.malformed_skipped:

@@ -2,7 +2,8 @@
 
 Every model has defaults that run; validation errors name the offending field
 (pydantic does that for us, and the validators below add the physics rules,
-e.g. ``P_max >= P_idle`` for every tier).
+e.g. ``P_max >= P_idle`` for every tier). :class:`StrictConfig` is the shared base of
+all env, sim and workload configs: unknown fields and non-finite floats are errors.
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class _Strict(BaseModel):
-    """Base for all config models: unknown fields are errors, not silently dropped."""
+class StrictConfig(BaseModel):
+    """Base for the env's config models: unknown fields are errors, not silently dropped, and
+    every float must be finite (inf/nan are rejected with the field's name)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+_Strict = StrictConfig
 
 
 class TierConfig(_Strict):

@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from envs.config import SimConfig
+from envs.config import SimConfig, StrictConfig
 from envs.workloads import PoissonConfig, WorkloadConfig
 
 
-class EnvConfig(BaseModel):
+class EnvConfig(StrictConfig):
     """Everything an env needs. ``seed_pool``: episode seeds drawn by ``reset()`` without a seed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     sim: SimConfig = Field(default_factory=SimConfig)
     workload: WorkloadConfig = Field(default_factory=PoissonConfig)

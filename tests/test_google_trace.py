@@ -16,7 +16,7 @@ task       events (s)                                            expected
 (400, 0)   SUBMIT 0, SCHEDULE 0, FINISH 30                       censored_start
 (400, 1)   SUBMIT 20, SCHEDULE 21 (0, 1.5), UPDATE_RUNNING 22    kept, 20 s, cpu floored,
            (0.9, 0.9), FINISH 41                                 mem clipped, update unused
-(500, 0)   SUBMIT 40                                             unfinished
+(500, 0)   SUBMIT 40                                             never_scheduled
 (500, 1)   SCHEDULE 25, FINISH 27 (no SUBMIT)                    kept, 2 s, arrival 25
 =========  ====================================================  =====================
 """
@@ -82,7 +82,9 @@ def test_tiny_counts_and_exclusions() -> None:
     assert report.tasks_finished == 7  # includes the censored and the request-less task
     assert report.tasks_kept == len(jobs) == 5
     assert report.excluded == {"killed": 1, "failed": 1, "missing_request": 1,
-                               "censored_start": 1, "unfinished": 1}
+                               "censored_start": 1, "never_scheduled": 1}
+    # every run's end, the eviction of (100, 1), which finished later, included
+    assert report.run_ends == {"evicted": 1, "killed": 1, "failed": 1}
     assert report.tasks_seen == report.tasks_kept + sum(report.excluded.values())
     assert report.resubmissions == 1
     assert (report.requests_filled, report.requests_floored, report.requests_clipped) == (1, 1, 1)
@@ -133,6 +135,94 @@ def test_malformed_row_names_file_line_and_field(tmp_path: Path, line: int, text
     assert isinstance(err.value, ValueError)
 
 
+def _events(tmp_path: Path, events: list[tuple[int, int]], name: str = "events.csv") -> Path:
+    """One task (job 7, index 0) with ``(seconds, event type)`` events and fixed requests."""
+    path = tmp_path / name
+    path.write_text("".join(f"{t * S},,7,0,,{kind},u,0,0,0.1,0.1,0,0\n" for t, kind in events))
+    return path
+
+
+# event codes: 0 SUBMIT, 1 SCHEDULE, 2 EVICT, 3 FAIL, 4 FINISH, 5 KILL, 6 LOST
+@pytest.mark.parametrize(("events", "reason", "run_ends"), [
+    ([(1, 0), (2, 1), (3, 3), (4, 6)], "failed", {"failed": 1}),  # LOST after the FAIL
+    ([(1, 0), (2, 1), (3, 2), (4, 0)], "evicted", {"evicted": 1}),  # pending at the end
+    ([(1, 0), (2, 1), (3, 2), (4, 0), (5, 1)], "still_running", {"evicted": 1}),
+    ([(1, 0), (2, 1)], "still_running", {}),
+    ([(1, 0)], "never_scheduled", {}),
+    ([(1, 0), (2, 5)], "never_scheduled", {}),  # killed while pending: no run ended
+    ([(1, 0), (2, 1), (3, 5), (4, 0), (5, 6)], "killed", {"killed": 1}),  # lost while pending
+    ([(1, 0), (2, 1), (3, 6)], "lost", {"lost": 1}),
+    ([(1, 0), (2, 4)], "no_schedule", {}),
+])
+def test_exclusion_reason_is_what_ended_the_last_run(tmp_path: Path, events: list,
+                                                     reason: str, run_ends: dict) -> None:
+    jobs, report = parse_task_events([_events(tmp_path, events)])
+    assert len(jobs) == 0 and report.excluded == {reason: 1}
+    assert report.run_ends == run_ends
+
+
+def test_evictions_of_finished_tasks_are_reported(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    events = [(1, 0), (2, 1), (3, 2), (4, 0), (5, 1), (6, 2), (7, 0), (8, 1), (9, 4)]
+    jobs, report = parse_task_events([_events(tmp_path, events)])
+    assert len(jobs) == 1 and jobs.duration_us[0] == 1 * S and report.excluded == {}
+    assert report.run_ends == {"evicted": 2}
+    out = tmp_path / "t.npz"
+    assert _cli(["trace", "import", str(tmp_path / "events.csv"), "--out", str(out)]) == 0
+    assert "runs ended without FINISH (all tasks, kept ones too): evicted 2" in \
+        capsys.readouterr().out
+    assert load_trace(out)[1].run_ends == {"evicted": 2}
+
+
+def test_import_report_names_every_exclusion_reason(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    lines = []
+    for job, events in enumerate([[(1, 0), (2, 1), (3, 2)], [(1, 0), (2, 1), (3, 3), (4, 6)],
+                                  [(1, 0), (2, 1), (3, 5)], [(1, 0), (2, 1), (3, 6)],
+                                  [(1, 0)], [(1, 0), (2, 1)], [(1, 0), (2, 1), (5, 4)]]):
+        lines += [f"{t * S},,{job},0,,{kind},u,0,0,0.1,0.1,0,0\n" for t, kind in events]
+    shard = tmp_path / "all.csv"
+    shard.write_text("".join(lines))
+    assert _cli(["trace", "import", str(shard), "--out", str(tmp_path / "all.npz")]) == 0
+    printed = capsys.readouterr().out
+    assert ("excluded: evicted 1, failed 1, killed 1, lost 1, never scheduled 1, "
+            "still running at trace end 1") in printed
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("9223372036854775808", "above 2**63-1"),
+    ("99999999999999999999999", "above 2**63-1"),
+    ("1_300_000_000", "'1_300_000_000' is not an integer"),
+    (" 5000000", "' 5000000' is not an integer"),
+    ("+5000000", "'+5000000' is not an integer"),
+    ("5000000 ", "'5000000 ' is not an integer"),
+    ("\u0665", "is not an integer"),  # a non-ASCII digit int() would take
+])
+def test_timestamps_must_be_plain_int64(tmp_path: Path, text: str, needle: str) -> None:
+    bad = _corrupt(tmp_path, 7, f"{text},,200,0,,0,u2,0,0,,,0,0")  # SUBMIT of (200, 0)
+    with pytest.raises(TraceFormatError) as err:
+        parse_task_events([bad])
+    assert "bad_events.csv: line 7: timestamp" in str(err.value) and needle in str(err.value)
+    _, report = parse_task_events([bad], skip_malformed=True)
+    assert report.malformed_total == 1
+
+
+@pytest.mark.parametrize("text", ["1_0.5", " 0.5", "0.5 ", "nan", "inf", "0x1p-3"])
+def test_requests_must_be_plain_numbers(tmp_path: Path, text: str) -> None:
+    bad = _corrupt(tmp_path, 8, f"5000000,,200,1,,0,u2,0,0,{text},0.1,0,0")
+    with pytest.raises(TraceFormatError, match=r"line 8: CPU request"):
+        parse_task_events([bad])
+
+
+def test_cli_import_huge_timestamp_is_one_line(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    bad = _corrupt(tmp_path, 3, "18446744073709551616,,100,0,,0,u1,0,0,0.1,0.2,0,0")
+    assert _cli(["trace", "import", str(bad), "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "line 3: timestamp" in err
+    assert "Traceback" not in err
+
+
 def test_skip_malformed_counts_per_file(tmp_path: Path) -> None:
     bad = _corrupt(tmp_path, 8, "5000000,,200,1,,9,u2,0,0,0.1,0.1,0,0")  # a SUBMIT of (200, 1)
     jobs, report = parse_task_events([bad, TINY], skip_malformed=True)
@@ -164,8 +254,10 @@ def test_sample_matches_generator_ground_truth() -> None:
             expected_excluded[t.outcome] = expected_excluded.get(t.outcome, 0) + 1
     assert report.tasks_seen == len(truths) == 304
     assert report.excluded == expected_excluded
-    assert {"killed", "failed", "lost", "unfinished", "missing_request",
-            "censored_start"} <= set(report.excluded)
+    assert {"killed", "failed", "lost", "never_scheduled", "still_running",
+            "missing_request", "censored_start"} <= set(report.excluded)
+    assert report.run_ends["evicted"] >= sum(t.resubmissions for t in truths if t.outcome
+                                             == "kept") - report.run_ends["failed"] > 0
     assert report.resubmissions == sum(t.resubmissions for t in truths) > 0
     assert report.requests_filled == sum(t.filled for t in kept) > 0
     assert len(jobs) == len(kept)

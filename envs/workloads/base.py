@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from envs.config import StrictConfig
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,8 @@ class JobTable:
         return JobTable(zi, z, z, zi, zi)
 
 
-class DeadlineConfig(BaseModel):
+class DeadlineConfig(StrictConfig):
     """SLA allowance: deadline = duration + max(min_slack, ceil(U(lo, hi) * duration))."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     slack_low: float = Field(default=0.5, ge=0)
     slack_high: float = Field(default=2.0, ge=0)

@@ -4,9 +4,17 @@
 header) and reduces each task (job ID, task index) to one job: arrival at its first
 SUBMIT (first SCHEDULE if none), duration from the SCHEDULE that starts its last
 successful run to that run's FINISH -- never from SUBMIT, so an evicted and
-resubmitted task counts only its final run. Tasks that never finish are excluded
-and counted by reason. :func:`save_trace` / :func:`load_trace` keep the result in
-one compact ``.npz``; ``envs.workloads.trace_replay`` replays it as a ``Workload``.
+resubmitted task counts only its final run. :func:`save_trace` / :func:`load_trace`
+keep the result in one compact ``.npz``; ``envs.workloads.trace_replay`` replays it
+as a ``Workload``.
+
+* A run is a SCHEDULE and the event that ends it (FINISH, EVICT, FAIL, KILL, LOST);
+  KILL/FAIL/LOST while the task is pending end no run. A task that never finishes
+  is excluded for what ended its *last run* -- ``evicted``, ``failed``, ``killed``,
+  ``lost`` -- or as ``never_scheduled`` (no SCHEDULE at all), ``still_running`` (its
+  last run has not ended when the trace ends) or ``no_schedule`` (a FINISH without
+  any SCHEDULE). ``run_ends`` counts every run's end by reason, including the
+  evictions and failures of tasks that finished later.
 
 * Requests come from the SCHEDULE starting the final run; an empty field is filled
   from the nearest other event of the task (earlier first; UPDATE_PENDING/RUNNING
@@ -19,7 +27,8 @@ one compact ``.npz``; ``envs.workloads.trace_replay`` replays it as a ``Workload
 * A task's events are sorted by timestamp; ties keep file order, files are read in
   sorted path order, so the result does not depend on the argument order.
 * Malformed rows raise :class:`TraceFormatError` naming file, 1-based line and field;
-  with ``skip_malformed=True`` they are skipped and counted per file.
+  with ``skip_malformed=True`` they are skipped and counted per file. Integers are
+  plain ASCII digits (no spaces, signs or ``_``), timestamps at most 2**63-1.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import gzip
 import json
 import math
 import os
+import re
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -47,6 +57,16 @@ FORMAT_TAG = "cloudrl-trace-v1"
 
 _UPDATES = frozenset({UPDATE_PENDING, UPDATE_RUNNING})
 _RUN_ENDERS = {EVICT: "evicted", FAIL: "failed", KILL: "killed", LOST: "lost"}
+# Why a task that never finished is excluded, in report order, with its label.
+EXCLUSION_LABELS = {
+    "evicted": "evicted", "failed": "failed", "killed": "killed", "lost": "lost",
+    "never_scheduled": "never scheduled", "still_running": "still running at trace end",
+    "no_schedule": "finished without a SCHEDULE", "censored_start": "running since before "
+    "the trace start", "censored_end": "finished after the trace end",
+    "missing_request": "no CPU/memory request",
+}
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
 _ARRAYS = {"arrival_us": np.int64, "duration_us": np.int64, "cpu": np.float64, "mem": np.float64}
 
 # One event: (timestamp_us, event_type, cpu_request or None, mem_request or None).
@@ -75,6 +95,7 @@ class ImportReport:
     tasks_finished: int = 0
     tasks_kept: int = 0
     excluded: dict[str, int] = field(default_factory=dict)
+    run_ends: dict[str, int] = field(default_factory=dict)  # every run's end (not FINISH)
     malformed_skipped: dict[str, int] = field(default_factory=dict)
     resubmissions: int = 0
     requests_filled: int = 0
@@ -134,19 +155,18 @@ class TraceJobs:
 
 
 def _int_field(value: str, name: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise _BadField(f"{name} {value!r} is not an integer") from None
+    """Plain decimal digits only: ``int()`` alone would take `` 12``, ``+12`` and ``1_2``."""
+    if not _INT.fullmatch(value):
+        raise _BadField(f"{name} {value!r} is not an integer")
+    return int(value)
 
 
 def _request_field(value: str, name: str) -> float | None:
-    if not value.strip():
+    if value == "":
         return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise _BadField(f"{name} {value!r} is not a number") from None
+    if not _FLOAT.fullmatch(value):
+        raise _BadField(f"{name} {value!r} is not a number")
+    number = float(value)
     if not math.isfinite(number) or number < 0:
         raise _BadField(f"{name} {value!r} is not a finite number >= 0")
     return number
@@ -158,6 +178,8 @@ def _parse_row(row: list[str]) -> tuple[tuple[int, int], _Event]:
     ts = _int_field(row[0], "timestamp")
     if ts < 0:
         raise _BadField(f"timestamp {row[0]!r} is negative")
+    if ts > AFTER_END_US:
+        raise _BadField(f"timestamp {row[0]!r} is above 2**63-1 (the trace's end marker)")
     job, task = _int_field(row[2], "job ID"), _int_field(row[3], "task index")
     kind = _int_field(row[5], "event type")
     if not SUBMIT <= kind <= UPDATE_RUNNING:
@@ -205,27 +227,35 @@ def _read_file(path: Path, events: dict[tuple[int, int], list[_Event]], report: 
         report.malformed_skipped[str(path)] = skipped
 
 
-def _final_run(events: list[_Event]) -> tuple[int, int] | str:
-    """Indices (SCHEDULE, FINISH) of the last successful run, or why there is none."""
+def _final_run(events: list[_Event], report: ImportReport) -> tuple[int, int] | str:
+    """Indices (SCHEDULE, FINISH) of the last successful run, or why there is none.
+
+    Without one, what ended the task's last run decides (a LOST after a FAIL is still a
+    failed run); every run end that is not a FINISH is counted in ``report.run_ends``.
+    """
     running: int | None = None
     final: tuple[int, int] | None = None
-    last_lifecycle: int | None = None
+    last_end: str | None = None
+    scheduled = finished = False
     for i, (_, kind, _, _) in enumerate(events):
         if kind == SCHEDULE:
-            running = i
+            running, scheduled = i, True
         elif kind == FINISH:
+            finished = True
             if running is not None:
-                final = (running, i)
+                final, last_end = (running, i), None
             running = None
-        elif kind in _RUN_ENDERS:
+        elif kind in _RUN_ENDERS and running is not None:
+            last_end = _RUN_ENDERS[kind]
+            report.run_ends[last_end] = report.run_ends.get(last_end, 0) + 1
             running = None
-        if kind not in _UPDATES:
-            last_lifecycle = kind
+    if running is not None and final is None:
+        return "still_running"
     if final is not None:
         return final
-    if last_lifecycle in _RUN_ENDERS:
-        return _RUN_ENDERS[last_lifecycle]
-    return "no_schedule" if last_lifecycle == FINISH else "unfinished"
+    if not scheduled:
+        return "no_schedule" if finished else "never_scheduled"
+    return last_end or "still_running"
 
 
 def _pick_request(events: list[_Event], anchor: int, column: int) -> tuple[float | None, bool]:
@@ -262,7 +292,7 @@ def _reduce_task(events: list[_Event], report: ImportReport
     events.sort(key=lambda e: e[0])  # stable: equal timestamps keep file order
     kinds = [e[1] for e in events]
     report.resubmissions += max(0, kinds.count(SUBMIT) - 1)
-    run = _final_run(events)
+    run = _final_run(events, report)
     if isinstance(run, str):
         _exclude(report, run)
         return None
@@ -335,6 +365,9 @@ def load_trace(path: str | os.PathLike[str]) -> tuple[TraceJobs, ImportReport]:
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"trace file not found: {source}")
+    if not zipfile.is_zipfile(source):
+        raise TraceFileError(f"{source}: not a cloudrl trace file (not an .npz archive; "
+                             f"make one with `cloudrl trace import`)")
     try:
         with np.load(source, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}

@@ -22,13 +22,13 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from envs.config import StrictConfig
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
 
 
-class _WorkloadBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _WorkloadBase(StrictConfig):
 
     rate: float = Field(default=0.8, gt=0, description="mean arrivals per tick")
     load: float | None = Field(default=0.45, gt=0, le=2.0,

@@ -11,22 +11,32 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from envs.config import StrictConfig
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
-from envs.workloads.google_trace import load_trace
+from envs.workloads.google_trace import TraceJobs, load_trace
 
 
-class TraceReplayConfig(BaseModel):
+class TraceReplayConfig(StrictConfig):
     """Replay of a compact trace file; ``time_scale`` > 1 compresses trace time."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["trace"] = "trace"
     path: str
     time_scale: float = Field(default=1.0, gt=0, description="trace seconds are divided by it")
     deadline: DeadlineConfig = Field(default_factory=DeadlineConfig)
     max_duration_ticks: int | None = Field(default=None, ge=1, description="clip durations")
+
+
+def check_trace_file(path: str) -> TraceJobs:
+    """The jobs of a compact trace that can be replayed; else FileNotFoundError, or a
+    ValueError (:class:`~envs.workloads.google_trace.TraceFileError` for a file that is not
+    a trace) naming the file."""
+    jobs, _ = load_trace(path)
+    if len(jobs) == 0:
+        raise ValueError(f"{path}: the trace holds no finished jobs to replay (its import "
+                         f"kept none; see the import's exclusion counts)")
+    return jobs
 
 
 class TraceReplayWorkload:
@@ -38,9 +48,7 @@ class TraceReplayWorkload:
         if not tick_seconds > 0:
             raise ValueError(f"tick_seconds must be > 0, got {tick_seconds}")
         self.cfg = cfg
-        self.jobs, self.report = load_trace(cfg.path)
-        if len(self.jobs) == 0:
-            raise ValueError(f"{cfg.path}: the trace holds no finished jobs to replay")
+        self.jobs = check_trace_file(cfg.path)
         self.us_per_tick = tick_seconds * cfg.time_scale * 1e6
         ticks = np.maximum(np.ceil(self.jobs.duration_us / self.us_per_tick), 1).astype(np.int64)
         if cfg.max_duration_ticks is not None:
