@@ -1,8 +1,22 @@
-"""Registers the cluster envs as gymnasium ids and as RLlib env names (same strings)."""
+"""Registers the cluster envs as gymnasium ids and as RLlib env names (same strings).
+
+``import envs`` does both: the gymnasium ids at once, the RLlib names as soon as
+``ray.tune.registry`` (RLlib's env registry) is loaded, at once if it already is.
+Deferring keeps ``import envs`` free of Ray (Tune alone takes seconds to import,
+and the simulator, the heuristics and the CLI's evaluate do not need it), while
+stock RLlib code such as ``PPOConfig().environment("cloudrl/ClusterScheduling-v0",
+env_config={...})`` finds the names: RLlib imports the registry before it looks
+them up. Without the RLlib names, RLlib would fall back to
+``gym.make(id, **env_config)``, which the envs do not accept.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -49,3 +63,44 @@ def register_rllib_envs() -> None:
 
     register_env(FLAT_ID, lambda ctx: make_rllib_env(ClusterSchedulingEnv, ctx))
     register_env(BRANCHING_ID, lambda ctx: make_rllib_env(ClusterBranchingEnv, ctx))
+
+
+RLLIB_REGISTRY = "ray.tune.registry"
+
+
+class _AfterFirstImport:
+    """A ``sys.meta_path`` finder that calls ``callback`` once ``name`` has been executed.
+
+    It finds the module's spec with the other finders and wraps that spec's (fresh,
+    per-import) loader's ``exec_module``; it removes itself on first use.
+    """
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None
+                  ) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callback
+
+        def exec_then_call(module: ModuleType) -> None:
+            exec_module(module)
+            callback()
+
+        spec.loader.exec_module = exec_then_call  # type: ignore[method-assign]
+        return spec
+
+
+def register_rllib_envs_when_loaded() -> None:
+    """Register the RLlib names now if RLlib's registry is loaded, else right after it is."""
+    if RLLIB_REGISTRY in sys.modules:
+        register_rllib_envs()
+    elif not any(isinstance(f, _AfterFirstImport) and f.name == RLLIB_REGISTRY
+                 for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterFirstImport(RLLIB_REGISTRY, register_rllib_envs))

@@ -7,6 +7,9 @@ job table (``FixedWorkload``) through ``envs.cluster_env.make_workload``.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import gymnasium as gym
@@ -551,6 +554,67 @@ def test_rllib_registration_creates_both_envs_from_a_config_dict():
         assert env.config.workload.kind == "google_v2_like"
         env = creator(EnvContext({"n_servers": 5, "sim": {"queue_window": 2}}, worker_index=1))
         assert isinstance(env, env_cls) and (env.n_servers, env.queue_window) == (5, 2)
+
+
+def run_python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; its stdout (stderr in the failure message)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_import_envs_alone_lets_stock_rllib_build_and_sample_the_env():
+    out = run_python("""
+        import sys
+        import envs
+        assert "ray.tune" not in sys.modules  # registration waits for RLlib's registry
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+        from models.masked_ppo import MaskedPPOTorchRLModule
+
+        config = (
+            PPOConfig()
+            .environment("cloudrl/ClusterScheduling-v0", env_config={
+                "n_servers": 3, "sim": {"episode_length": 5}, "reward_scale": 0.5})
+            .env_runners(num_env_runners=0)
+            .rl_module(rl_module_spec=RLModuleSpec(
+                module_class=MaskedPPOTorchRLModule,
+                model_config={"encoder": {"hidden": 8}, "head_hiddens": [8]})))
+        runner = SingleAgentEnvRunner(config=config)
+        episodes = runner.sample(num_timesteps=12, random_actions=True)
+        env = runner.env.unwrapped.envs[0]
+        print(type(env.unwrapped).__name__, env.unwrapped.n_servers, env.get_wrapper_attr("scale"),
+              sum(len(e) for e in episodes))
+        print(any(m == "cloudrl" or m.startswith("cloudrl.") for m in sys.modules))
+    """)
+    assert out.split() == ["ClusterSchedulingEnv", "3", "0.5", "12", "False"]
+
+
+def test_import_cloudrl_registers_the_rllib_env_names():
+    out = run_python("""
+        import sys
+        import cloudrl
+        assert "ray" not in sys.modules
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+        creator = _global_registry.get(ENV_CREATOR, "cloudrl/ClusterBranching-v0")
+        print(type(creator({"n_servers": 2})).__name__,
+              _global_registry.contains(ENV_CREATOR, "cloudrl/ClusterScheduling-v0"))
+    """)
+    assert out.split() == ["ClusterBranchingEnv", "True"]
+
+
+def test_rllib_names_are_registered_at_once_when_the_registry_is_already_loaded():
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    from envs.registration import register_rllib_envs_when_loaded
+
+    for env_id in (FLAT_ID, BRANCHING_ID):
+        _global_registry.unregister(ENV_CREATOR, env_id)
+        assert not _global_registry.contains(ENV_CREATOR, env_id)
+    register_rllib_envs_when_loaded()
+    assert all(_global_registry.contains(ENV_CREATOR, i) for i in (FLAT_ID, BRANCHING_ID))
 
 
 def test_env_config_rejects_bad_values_at_construction():
