@@ -134,8 +134,8 @@ def _algo_parts(cfg: TrainConfig) -> tuple[Any, type, dict[str, Any]]:
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    from cloudrl.algorithms.bdq import BDQConfig
     from models.bdq import BDQTorchRLModule
-    from models.bdq_learner import BDQConfig
     from models.masked_appo import MaskedAPPOTorchRLModule
     from models.masked_dqn import MaskedDQNTorchRLModule
     from models.masked_ppo import MaskedPPOTorchRLModule

@@ -7,7 +7,7 @@ synthetic batches of realistic shapes for N=50 servers (macro 23, servers 50x15,
 
 * ``bdq update``: ``Learner.update(batch=MultiAgentBatch)`` on a prebuilt tensor batch
   (forward online + target on obs and next obs, branching loss, backward, Adam step);
-* ``bdq replay+update``: the device-replay step of ``cloudrl.bdq_training``:
+* ``bdq replay+update``: the device-replay step of ``cloudrl.algorithms.bdq.training_step``:
   ``DeviceReplayBuffer.sample`` (n_step 3, 20k transitions) -> update -> priority update
   from the learner's TD-error tensor;
 * ``dqn update``: RLlib's stock ``DQNTorchLearner`` with ``MaskedDQNTorchRLModule``
@@ -51,11 +51,11 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from cloudrl.bdq_training import replay_batch
+from cloudrl.algorithms.bdq import BDQConfig
+from cloudrl.algorithms.bdq.training_step import replay_batch
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from models.bdq import BDQTorchRLModule
-from models.bdq_learner import BDQConfig
 from models.masked_dqn import MaskedDQNTorchRLModule
 
 N_SERVERS = 50

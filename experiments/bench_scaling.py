@@ -125,9 +125,9 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from cloudrl.algorithms.bdq.training_step import replay_batch
 from cloudrl.apex import ApexBDQConfig, ReplayShard
 from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
-from cloudrl.bdq_training import replay_batch
 from cloudrl.replay import ReplayConfig
 from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
 from envs.cluster_env import ClusterBranchingEnv
@@ -240,9 +240,9 @@ def runner_rate(n_servers: int, seconds: float, fragment: int | None = None) -> 
     initial priorities (:mod:`cloudrl.apex.actor_side`), numpy for the shard, metrics."""
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
+    from cloudrl.algorithms.bdq.training_step import EpisodeStreams, episodes_to_transitions
     from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
     from cloudrl.apex.runner import runner_module
-    from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
 
     torch.set_num_threads(1)
     config = algo_config("apex", 1, n_servers, fragment=fragment)

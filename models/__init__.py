@@ -13,7 +13,6 @@ _EXPORTS = {
     "MaskedPPOTorchRLModule": "models.masked_ppo",
     "MaskedDQNTorchRLModule": "models.masked_dqn",
     "BDQTorchRLModule": "models.bdq",
-    "BDQConfig": "models.bdq_learner",
 }
 __all__ = sorted(_EXPORTS)
 

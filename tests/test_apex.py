@@ -15,14 +15,14 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from cloudrl.algorithms.bdq import BDQConfig, BDQTorchLearner
+from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS
 from cloudrl.apex import APEX_RESULTS, ApexBDQ, ApexBDQConfig, ReplayShard, runner_epsilon
 from cloudrl.apex.actor_side import TRANSITION_KEYS, NStepAssembler, initial_td_abs
-from cloudrl.bdq_training import DISCOUNTS
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 from envs.cluster_env import ClusterBranchingEnv
 from envs.registration import BRANCHING_ID, register_rllib_envs
 from models.bdq import BDQTorchRLModule
-from models.bdq_learner import BDQConfig, BDQTorchLearner
 from tests.test_bdq import TINY_MODEL, ToyBranchingBandit, train_until_optimal
 
 ENV_CONFIG = {"n_servers": 5, "sim": {"episode_length": 50}, "seed_pool": [0, 1, 2]}

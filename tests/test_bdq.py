@@ -1,4 +1,4 @@
-"""models/bdq.py + models/bdq_learner.py: the Branching Dueling Q-Network on RLlib."""
+"""models/bdq.py + cloudrl/algorithms/bdq/: the Branching Dueling Q-Network on RLlib."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, TD_ERRO
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 
+from cloudrl.algorithms.bdq import BDQ, BDQConfig, BDQTorchLearner, register_bdq
 from envs.cluster_env import ClusterBranchingEnv
 from envs.registration import BRANCHING_ID, register_rllib_envs
 from models.bdq import REPRESENTATION, BDQTorchRLModule, branch_feasibility
-from models.bdq_learner import BDQ, BDQConfig, BDQTorchLearner, register_bdq
 
 ENV_CONFIG = {"n_servers": 5, "sim": {"episode_length": 50}, "seed_pool": [0, 1, 2]}
 TINY_MODEL = {"encoder": {"hidden": 32, "macro_hiddens": [32], "row_hiddens": [16]},

@@ -14,9 +14,9 @@ from ray.rllib.utils.metrics import (
     REPLAY_BUFFER_RESULTS,
 )
 
-from cloudrl.bdq_training import EpisodeStreams
+from cloudrl.algorithms.bdq import BDQConfig, BDQTorchLearner, bdq_td_errors
+from cloudrl.algorithms.bdq.training_step import EpisodeStreams
 from envs.registration import BRANCHING_ID, register_rllib_envs
-from models.bdq_learner import BDQConfig, BDQTorchLearner, bdq_td_errors
 from tests.test_bdq import (
     TINY_MODEL,
     ToyBranchingBandit,
@@ -118,7 +118,7 @@ def test_device_replay_bdq_learns_the_optimum_of_a_toy_branching_bandit() -> Non
 
 @pytest.mark.usefixtures("ray_session")
 def test_device_replay_checkpoint_restores_the_buffer(tmp_path) -> None:
-    from models.bdq_learner import BDQ
+    from cloudrl.algorithms.bdq import BDQ
 
     config = (
         BDQConfig()

@@ -143,3 +143,48 @@ def test_resume_continues_the_env_step_counter_from_the_last_checkpoint(tmp_path
     resumed = [int(x) for x in re.findall(r"env_steps\s+(\d+)", capsys.readouterr().out)]
     assert resumed[0] > first[-1]  # counted on from the checkpoint, not from zero
     assert resumed[-1] >= 256 and len(resumed) < len(first) + 3
+
+
+# The hyperparameter defaults of every algorithm as they were before the algorithm table
+# (copied from the old ``training._*_defaults`` functions): the README's measured results
+# depend on them. E env steps, R env runners.
+E, R = 30_000, 3
+DQN_DEFAULTS = {
+    "lr": 5e-4, "gamma": 0.99, "train_batch_size_per_learner": 64, "double_q": True,
+    "dueling": False, "n_step": 3, "target_network_update_freq": 1000,
+    "num_steps_sampled_before_learning_starts": 2000,  # min(2000, E // 5)
+    "epsilon": [[0, 1.0], [15_000, 0.05]],  # [[0, 1], [max(1, E // 2), 0.05]]
+    "replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000,
+                             "alpha": 0.6, "beta": 0.4},
+    "grad_clip": 10.0}
+BDQ_DEFAULTS = {k: v for k, v in DQN_DEFAULTS.items() if k not in ("double_q", "dueling")}
+IMPALA_DEFAULTS = {
+    "lr": 3e-4, "gamma": 0.99, "train_batch_size_per_learner": 800, "entropy_coeff": 0.01,
+    "vf_loss_coeff": 0.5, "grad_clip": 1.0, "vtrace_clip_rho_threshold": 1.0,
+    "vtrace_clip_pg_rho_threshold": 1.0, "timeout_s_sampler_manager": 0.1}
+TODAYS_DEFAULTS = {
+    "ppo": {"lr": 3e-4, "gamma": 0.99, "lambda_": 0.95, "train_batch_size_per_learner": 2000,
+            "minibatch_size": 250, "num_epochs": 4, "entropy_coeff": 0.01, "clip_param": 0.2,
+            "vf_loss_coeff": 0.5, "vf_clip_param": 100.0, "grad_clip": 1.0},
+    "dqn": DQN_DEFAULTS,
+    "bdq": BDQ_DEFAULTS,
+    "impala": IMPALA_DEFAULTS,
+    "appo": {**IMPALA_DEFAULTS, "clip_param": 0.2, "use_kl_loss": False,
+             "circular_buffer_num_batches": 8, "circular_buffer_iterations_per_batch": 2,
+             "target_network_update_freq": 2},
+    "apex_bdq": {**{k: v for k, v in BDQ_DEFAULTS.items() if k != "epsilon"},
+                 "num_replay_shards": 2},  # min(2, R)
+}
+
+
+@pytest.mark.parametrize("algo", sorted(TODAYS_DEFAULTS))
+def test_each_algorithms_rllib_config_gets_the_documented_defaults(algo):
+    cfg = TrainConfig(algo=algo, env_steps=E, num_env_runners=R)
+    config = build_algo_config(cfg)
+    for key, value in TODAYS_DEFAULTS[algo].items():
+        got = getattr(config, key)
+        if key == "replay_buffer_config":
+            got = {k: got[k] for k in value}
+        assert got == value, key
+    if algo in ("bdq", "apex_bdq"):
+        assert config.double_q is True  # BDQConfig's own double-Q target

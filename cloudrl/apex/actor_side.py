@@ -6,7 +6,8 @@ so the replay shards only store and sample and the per-transition compute scales
 the number of actors.
 
 * :class:`NStepAssembler`: the runner's single-step rows (tagged with stream ids local to
-  the runner, see :class:`~cloudrl.bdq_training.EpisodeStreams`) go through a small CPU
+  the runner, see :class:`~cloudrl.algorithms.bdq.training_step.EpisodeStreams`) go
+  through a small CPU
   :class:`~cloudrl.replay.DeviceReplayBuffer`, which completes the n-step windows exactly
   as the learner-side replay does (episode ends truncate, truncation bootstraps) and holds
   back the incomplete tails until the next call; :meth:`NStepAssembler.push` returns the
@@ -16,7 +17,8 @@ the number of actors.
   ``EpisodeStreams`` hands to a new episode while the old one never ended is cleared with
   :meth:`NStepAssembler.discard` first).
 * :func:`initial_td_abs`: ``sum_d |delta_d|`` of the branching double-Q error
-  (``models.bdq_learner.bdq_td_errors``) with the runner's inference-only module, which has
+  (``cloudrl.algorithms.bdq.bdq_learner.bdq_td_errors``) with the runner's inference-only
+  module, which has
   no target network: the online network both picks and evaluates the next action (Ape-X
   computes initial priorities the same way, from the actor's copy). The learner replaces
   them with its own target-network errors the first time it samples a transition.
@@ -31,9 +33,8 @@ import torch
 from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
 from ray.rllib.core.columns import Columns
 
-from cloudrl.bdq_training import DISCOUNTS
+from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS, bdq_td_errors
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig, slice_rows
-from models.bdq_learner import bdq_td_errors
 
 TRANSITION_KEYS = ("obs", "actions", "rewards", "next_obs", "dones", "discounts")
 

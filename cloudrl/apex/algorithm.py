@@ -65,10 +65,10 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from cloudrl.algorithms.bdq.training_step import replay_batch
 from cloudrl.apex.config import ApexBDQConfig
 from cloudrl.apex.runner import sample_into_shard
 from cloudrl.apex.shard import ReplayShard
-from cloudrl.bdq_training import replay_batch
 from cloudrl.replay import ReplayConfig
 
 APEX_RESULTS = "apex"

@@ -33,7 +33,7 @@ from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 
-from models.bdq_learner import BDQConfig
+from cloudrl.algorithms.bdq.bdq import BDQConfig
 
 _APEX_FIELDS = {
     "num_replay_shards": int, "replay_shard_capacity": int,

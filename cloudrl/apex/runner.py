@@ -5,7 +5,7 @@
 
 1. on the first call of this runner process (a restarted runner is a new process) it
    creates the runner's :class:`ActorState` (a fresh ``incarnation`` id, its own
-   :class:`~cloudrl.bdq_training.EpisodeStreams` and
+   :class:`~cloudrl.algorithms.bdq.training_step.EpisodeStreams` and
    :class:`~cloudrl.apex.actor_side.NStepAssembler`) and sets the runner module's constant
    epsilon to :func:`~cloudrl.apex.config.runner_epsilon` of its ``worker_index``;
 2. samples one rollout (``runner.sample()``, exploring, with whatever weights the runner
@@ -30,9 +30,9 @@ from typing import Any
 import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from cloudrl.algorithms.bdq.training_step import EpisodeStreams, episodes_to_transitions
 from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.apex.config import runner_epsilon
-from cloudrl.bdq_training import EpisodeStreams, episodes_to_transitions
 
 STATE_ATTR = "_cloudrl_apex_actor"
 ACK_TIMEOUT_S = 120.0

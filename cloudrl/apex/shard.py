@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cloudrl.bdq_training import buffer_checkpoint_state
+from cloudrl.algorithms.bdq.training_step import buffer_checkpoint_state
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 
 

@@ -59,9 +59,8 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
-
-DISCOUNTS = "discounts"  # same column as models.bdq_learner.DISCOUNTS
 
 
 @dataclass
@@ -256,6 +255,6 @@ def device_replay_training_step(algo: Any) -> None:
             policies={DEFAULT_MODULE_ID}, global_vars=None, inference_only=True)
 
 
-__all__ = ["DISCOUNTS", "DeviceReplay", "EpisodeStreams", "buffer_checkpoint_state",
+__all__ = ["DeviceReplay", "EpisodeStreams", "buffer_checkpoint_state",
            "device_replay_training_step", "ensure_device_replay", "episodes_to_transitions",
            "replay_batch"]
