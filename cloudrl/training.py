@@ -149,7 +149,7 @@ def _algo_parts(cfg: TrainConfig) -> tuple[Any, type, dict[str, Any]]:
     if cfg.algo == "impala":
         return IMPALAConfig(), MaskedPPOTorchRLModule, _impala_defaults()
     if cfg.algo == "apex_bdq":
-        from cloudrl.apex import ApexBDQConfig
+        from cloudrl.algorithms.apex_bdq import ApexBDQConfig
         return ApexBDQConfig(), BDQTorchRLModule, _apex_bdq_defaults(cfg)
     return BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
 

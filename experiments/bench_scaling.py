@@ -5,8 +5,8 @@ What it does (issue 6):
 1. Measured. On the branching cluster env (``cloudrl/ClusterBranching-v0``, N servers,
    poisson workload) it builds, for each number of remote env runners, both
 
-   * ``apex``: :class:`cloudrl.apex.ApexBDQ` (async runners with per-runner epsilon that
-     assemble n-step transitions and compute their initial priorities, one replay shard
+   * ``apex``: :class:`cloudrl.algorithms.apex_bdq.ApexBDQ` (async runners with per-runner
+     epsilon that assemble n-step transitions and compute their initial priorities, one replay shard
      actor, the local learner pulling batches asynchronously), and
    * ``sync``: the stock BDQ algorithm (``BDQConfig`` = DQN's synchronous
      ``training_step``: sample from all runners, add to the driver's
@@ -125,9 +125,9 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from cloudrl.algorithms.apex_bdq import ApexBDQConfig, ReplayShard
+from cloudrl.algorithms.apex_bdq.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.algorithms.bdq.training_step import replay_batch
-from cloudrl.apex import ApexBDQConfig, ReplayShard
-from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.replay import ReplayConfig
 from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
 from envs.cluster_env import ClusterBranchingEnv
@@ -237,12 +237,13 @@ def median_s(fn: Callable[[], object], reps: int) -> float:
 
 def runner_rate(n_servers: int, seconds: float, fragment: int | None = None) -> float:
     """Env steps/s of one Ape-X actor in-process, 1 thread: sample, n-step windows and
-    initial priorities (:mod:`cloudrl.apex.actor_side`), numpy for the shard, metrics."""
+    initial priorities (:mod:`cloudrl.algorithms.apex_bdq.actor_side`), numpy for the shard,
+    metrics."""
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
+    from cloudrl.algorithms.apex_bdq.actor_side import NStepAssembler, as_numpy, initial_td_abs
+    from cloudrl.algorithms.apex_bdq.runner import runner_module
     from cloudrl.algorithms.bdq.training_step import EpisodeStreams, episodes_to_transitions
-    from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
-    from cloudrl.apex.runner import runner_module
 
     torch.set_num_threads(1)
     config = algo_config("apex", 1, n_servers, fragment=fragment)

@@ -1,4 +1,4 @@
-"""cloudrl.apex: Ape-X BDQ (async env runners, replay shard actors, one learner)."""
+"""cloudrl.algorithms.apex_bdq: Ape-X BDQ (async env runners, replay shard actors, one learner)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,16 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from cloudrl.algorithms.apex_bdq import (
+    APEX_RESULTS,
+    ApexBDQ,
+    ApexBDQConfig,
+    ReplayShard,
+    runner_epsilon,
+)
+from cloudrl.algorithms.apex_bdq.actor_side import TRANSITION_KEYS, NStepAssembler, initial_td_abs
 from cloudrl.algorithms.bdq import BDQConfig, BDQTorchLearner
 from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS
-from cloudrl.apex import APEX_RESULTS, ApexBDQ, ApexBDQConfig, ReplayShard, runner_epsilon
-from cloudrl.apex.actor_side import TRANSITION_KEYS, NStepAssembler, initial_td_abs
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 from envs.cluster_env import ClusterBranchingEnv
 from envs.registration import BRANCHING_ID, register_rllib_envs

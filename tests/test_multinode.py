@@ -96,7 +96,7 @@ cluster.shutdown()
 DRIVER_SCRIPT = """
 import json, sys, time
 import ray
-from cloudrl.apex import APEX_RESULTS
+from cloudrl.algorithms.apex_bdq import APEX_RESULTS
 from cloudrl.training import TrainConfig, build_algo_config, check_cluster_fits, env_steps_of
 
 address, out, runner_node = sys.argv[1:4]

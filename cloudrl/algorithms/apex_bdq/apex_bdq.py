@@ -1,13 +1,40 @@
-"""``ApexBDQ``: Ape-X's distributed actor / replay / learner loop for BDQ on RLlib.
+"""Ape-X BDQ on RLlib: ``ApexBDQConfig`` (BDQ's settings plus the Ape-X topology) and
+``ApexBDQ`` (the distributed actor / replay / learner loop).
 
-Components (no shared mutable state; they only exchange messages and object refs):
+**Config.** Everything BDQ/DQN configures keeps its meaning (``n_step``, ``gamma``, ``double_q``,
+``lr``, ``target_network_update_freq``, ``td_error_loss_fn``; alpha and beta of the
+prioritized replay come from ``replay_buffer_config``; the batch size is
+``train_batch_size_per_learner``; the number of actors is ``num_env_runners``). The
+Ape-X settings go into ``.training(...)`` too:
+
+* ``num_replay_shards`` (2): replay shard actors, each a CPU ``DeviceReplayBuffer``;
+  env runner ``i`` (1-based) always writes to shard ``(i - 1) % num_replay_shards``;
+* ``replay_shard_capacity`` (100_000): transitions per shard;
+* ``num_cpus_per_replay_shard`` (1.0) and ``max_num_replay_shard_restarts`` (-1: always
+  restart a failed shard; Ray ``max_restarts``);
+* ``replay_requests_in_flight`` (2): replay batches requested ahead from every shard;
+* ``broadcast_interval`` (4): learner updates between two weight broadcasts;
+* ``apex_epsilon`` (0.4) and ``apex_epsilon_alpha`` (7.0): runner ``i`` of ``N`` explores
+  with the constant ``epsilon ** (1 + alpha * i / (N - 1))`` (``i`` 0-based) instead of
+  the ``epsilon`` schedule;
+* ``max_replay_ratio`` (None: as fast as the learner goes): cap on trained samples per
+  sampled env step;
+* ``replay_fetch_timeout_s`` (0.05): how long one training step waits for replay batches
+  (or, before learning starts, for runner results) when none is ready;
+* ``checkpoint_replay_shards`` (False): put the shards' contents into checkpoints.
+
+Defaults that differ from BDQ's: ``rollout_fragment_length`` 16 (env steps per env and
+remote sample call; DQN's "auto" is ``n_step``), 2 env runners, 2 sample requests in
+flight per runner.
+
+**Algorithm.** Components (no shared mutable state; they only exchange messages and object refs):
 
 * actors: RLlib remote env runners (``num_env_runners``), each exploring with its own
   constant epsilon, sampling continuously (``max_requests_in_flight_per_env_runner``
   sample requests queued per runner), completing n-step transitions and computing their
   initial priorities itself, and sending them straight to its replay shard
-  (``cloudrl.apex.runner``); the driver receives only their small reports;
-* replay shards: ``num_replay_shards`` Ray actors (``cloudrl.apex.shard``), managed by an
+  (``runner``); the driver receives only their small reports;
+* replay shards: ``num_replay_shards`` Ray actors (``shard``), managed by an
   RLlib ``FaultTolerantActorManager``;
 * learner: the local ``BDQTorchLearner`` of the algorithm's ``LearnerGroup``, in the driver.
 
@@ -51,6 +78,7 @@ from typing import Any
 
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.utils.actor_manager import FaultTolerantActorManager
 from ray.rllib.utils.metrics import (
@@ -65,10 +93,10 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from cloudrl.algorithms.apex_bdq.runner import sample_into_shard
+from cloudrl.algorithms.apex_bdq.shard import ReplayShard
+from cloudrl.algorithms.bdq.bdq import BDQConfig
 from cloudrl.algorithms.bdq.training_step import replay_batch
-from cloudrl.apex.config import ApexBDQConfig
-from cloudrl.apex.runner import sample_into_shard
-from cloudrl.apex.shard import ReplayShard
 from cloudrl.replay import ReplayConfig
 
 APEX_RESULTS = "apex"
@@ -78,6 +106,15 @@ REPLAY_TAG = "replay_sample"
 SHARD_STATE = "apex_replay_shards"
 COUNTERS_STATE = "apex_counters"
 _SHARD_PROBE_TIMEOUT_S = 0.1
+
+
+_APEX_FIELDS = {
+    "num_replay_shards": int, "replay_shard_capacity": int,
+    "num_cpus_per_replay_shard": float, "max_num_replay_shard_restarts": int,
+    "replay_requests_in_flight": int, "broadcast_interval": int,
+    "apex_epsilon": float, "apex_epsilon_alpha": float,
+    "replay_fetch_timeout_s": float, "checkpoint_replay_shards": bool,
+}
 
 
 @dataclass
@@ -101,6 +138,85 @@ class ShardView:
     incarnation: str | None = None
     size: int = 0
     retired: set[str] = field(default_factory=set)
+
+
+class ApexBDQConfig(BDQConfig):
+    """``BDQConfig`` for :class:`ApexBDQ` (see the module docstring).
+
+    ``ApexBDQConfig().environment(...).env_runners(num_env_runners=8)
+    .training(num_replay_shards=2, ...).build_algo()``. The learner is the local one
+    (``num_learners=0``), on a GPU when ``num_gpus_per_learner=1``.
+    """
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or ApexBDQ)
+        self.num_replay_shards = 2
+        self.replay_shard_capacity = 100_000
+        self.num_cpus_per_replay_shard = 1.0
+        self.max_num_replay_shard_restarts = -1
+        self.replay_requests_in_flight = 2
+        self.broadcast_interval = 4
+        self.apex_epsilon = 0.4
+        self.apex_epsilon_alpha = 7.0
+        self.max_replay_ratio: float | None = None
+        self.replay_fetch_timeout_s = 0.05
+        self.checkpoint_replay_shards = False
+        # Ape-X keeps every actor busy: one sample request queued behind the running one.
+        # Rollouts of 16 steps per env (128 with 8 envs) per remote call, not DQN's "auto"
+        # (= n_step): per-call costs (report, metrics, the shard add) dominate short ones
+        # (1 runner, 2 cores: 778 vs 490 env steps/s, experiments/bench_scaling.py).
+        self.rollout_fragment_length = 16
+        self.num_env_runners = 2
+        self.max_requests_in_flight_per_env_runner = 2
+        # Per-iteration sample minimum as in DQN; an iteration is reporting only.
+        self.min_sample_timesteps_per_iteration = 1000
+
+    def training(self, *, max_replay_ratio: float | None = NotProvided,
+                 **kwargs: Any) -> ApexBDQConfig:
+        """``BDQConfig.training`` plus the Ape-X settings (see the module docstring)."""
+        apex = {k: kwargs.pop(k) for k in list(kwargs) if k in _APEX_FIELDS}
+        super().training(**kwargs)
+        for key, value in apex.items():
+            if value is not NotProvided:
+                setattr(self, key, _APEX_FIELDS[key](value))
+        if max_replay_ratio is not NotProvided:
+            self.max_replay_ratio = None if max_replay_ratio is None else float(
+                max_replay_ratio)
+        return self
+
+    @property
+    def td_errors_on_device(self) -> bool:
+        """Ape-X reads the learner's per-sample priorities from ``device_td_errors``."""
+        return self.num_learners == 0
+
+    def streams_per_runner(self) -> int:
+        """N-step streams a runner uses: two per vectorized env (see ``EpisodeStreams``)."""
+        return 2 * self.num_envs_per_env_runner
+
+    def validate(self) -> None:
+        super().validate()
+        if self.in_evaluation:  # the evaluation copy samples synchronously, as any algo
+            return
+        if self.num_learners != 0:
+            self._value_error("Ape-X BDQ uses the local learner (num_learners=0)")
+        if self.num_env_runners < 1:
+            self._value_error("Ape-X samples on remote env runners (num_env_runners >= 1)")
+        if self.num_replay_shards < 1:
+            self._value_error("num_replay_shards must be >= 1")
+        if self.num_replay_shards > self.num_env_runners:
+            self._value_error("num_replay_shards must not exceed num_env_runners "
+                              "(every shard is fed by its own env runners)")
+        if isinstance(self.n_step, (tuple, list)):
+            self._value_error("Ape-X BDQ needs a fixed int n_step")
+        if self.replay_shard_capacity < self.total_train_batch_size:
+            self._value_error("replay_shard_capacity must hold at least one train batch "
+                              f"({self.total_train_batch_size} transitions)")
+        if self.replay_requests_in_flight < 1 or self.broadcast_interval < 1:
+            self._value_error("replay_requests_in_flight and broadcast_interval must be >= 1")
+        if not 0.0 <= self.apex_epsilon <= 1.0 or self.apex_epsilon_alpha < 0:
+            self._value_error("apex_epsilon must be in [0, 1] and apex_epsilon_alpha >= 0")
+        if self.max_replay_ratio is not None and self.max_replay_ratio <= 0:
+            self._value_error("max_replay_ratio must be > 0 (or None)")
 
 
 class ApexBDQ(Algorithm):
@@ -391,4 +507,4 @@ def _to_device(value: Any, device: Any) -> Any:
     return value.to(device, non_blocking=True)
 
 
-__all__ = ["APEX_RESULTS", "ApexBDQ", "ApexCounters"]
+__all__ = ["APEX_RESULTS", "ApexBDQ", "ApexBDQConfig", "ApexCounters"]

@@ -6,13 +6,13 @@
 1. on the first call of this runner process (a restarted runner is a new process) it
    creates the runner's :class:`ActorState` (a fresh ``incarnation`` id, its own
    :class:`~cloudrl.algorithms.bdq.training_step.EpisodeStreams` and
-   :class:`~cloudrl.apex.actor_side.NStepAssembler`) and sets the runner module's constant
-   epsilon to :func:`~cloudrl.apex.config.runner_epsilon` of its ``worker_index``;
+   :class:`~.actor_side.NStepAssembler`) and sets the runner module's constant
+   epsilon to :func:`runner_epsilon` of its ``worker_index``;
 2. samples one rollout (``runner.sample()``, exploring, with whatever weights the runner
    has: weight broadcasts are queued on the runner between sample calls);
 3. turns the episode chunks into single-step rows, completes the n-step windows locally
    and computes the completed transitions' initial priorities with its own module
-   (:mod:`cloudrl.apex.actor_side`), as Ape-X's actors do;
+   (:mod:`.actor_side`), as Ape-X's actors do;
 4. waits for the shard's acknowledgement of the PREVIOUS add, then sends the transitions
    and priorities with ``shard.add.remote`` straight to the runner's shard: episodes never
    pass through the driver, and at most one add per runner is in flight (back-pressure: a
@@ -30,12 +30,25 @@ from typing import Any
 import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from cloudrl.algorithms.apex_bdq.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.algorithms.bdq.training_step import EpisodeStreams, episodes_to_transitions
-from cloudrl.apex.actor_side import NStepAssembler, as_numpy, initial_td_abs
-from cloudrl.apex.config import runner_epsilon
 
 STATE_ATTR = "_cloudrl_apex_actor"
 ACK_TIMEOUT_S = 120.0
+
+
+def runner_epsilon(index: int, num_runners: int, epsilon: float = 0.4,
+                   alpha: float = 7.0) -> float:
+    """Ape-X's exploration rate of actor ``index`` in ``[0, num_runners)``.
+
+    ``epsilon ** (1 + alpha * index / (num_runners - 1))``; a single actor gets ``epsilon``.
+    """
+    if not 0 <= index < num_runners:
+        raise ValueError(f"runner index {index} outside [0, {num_runners})")
+    if num_runners == 1:
+        return float(epsilon)
+    return float(epsilon ** (1.0 + alpha * index / (num_runners - 1)))
+
 
 
 @dataclass

@@ -6,7 +6,7 @@ a Ray actor with ``max_restarts`` (a killed shard comes back empty, with a new
 
 * ``add(transitions, td_abs)``: complete n-step transitions from one env runner, which
   assembled them and computed their initial priorities ``sum_d |delta_d|``
-  (:mod:`cloudrl.apex.actor_side`); stored as they are (``DeviceReplayBuffer.insert``),
+  (:mod:`.actor_side`); stored as they are (``DeviceReplayBuffer.insert``),
   so a shard does no model compute at all: it stores, samples and reprioritizes.
 * ``sample(batch_size)``: a prioritized batch (CPU tensors, IS weights, ring indices) plus
   the write stamps of those slots and the shard's incarnation; ``None`` while the shard
