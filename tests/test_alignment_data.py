@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cloudrl.alignment import recording
 from cloudrl.alignment.preferences import (
     PAIR_SCHEMA,
     PairDataError,
@@ -20,6 +21,24 @@ from cloudrl.alignment.preferences import (
     read_pairs,
     write_pairs,
 )
+from cloudrl.alignment.recording import (
+    ensure_msgpack_numpy,
+    make_env,
+    read_episodes,
+    record_episodes,
+)
+from cloudrl.alignment.teacher import (
+    Criterion,
+    EpisodeData,
+    Teacher,
+    TeacherConfig,
+    cut_segment,
+    overload_count,
+    placement_slowdowns,
+    segment_stats,
+    spread,
+)
+from envs.observation import JOB_COLS, SERVER_COLS, J, S
 
 # ----------------------------------------------------------------------------- pair schema
 
@@ -167,3 +186,215 @@ def test_round_trip_property(tmp_path_factory, labels, t):
     assert data.obs["a"]["actions"].shape == (len(labels), t, 1)
     for i, row in enumerate(rows):
         np.testing.assert_array_equal(data.obs["b"]["servers"][i].ravel(), row["b_servers"])
+
+
+# ----------------------------------------------------------------------------- teacher
+
+
+
+
+def _stats(v=0.0, o=0.0, f=0.5, e=1.0) -> dict:
+    return {"sla_violations": v, "overload": o, "slowdown_spread": f, "energy_kwh": e}
+
+
+def test_teacher_violations_decide_first_whatever_the_rest():
+    teacher = Teacher()
+    better_elsewhere = _stats(v=1, o=0, f=0.0, e=0.1)
+    worse_elsewhere = _stats(v=0, o=9, f=3.0, e=9.0)
+    assert teacher.compare(worse_elsewhere, better_elsewhere) == (1.0, "sla_violations")
+    assert teacher.compare(better_elsewhere, worse_elsewhere) == (0.0, "sla_violations")
+    # both above the bound 0: fewer violations wins
+    assert teacher.compare(_stats(v=3), _stats(v=2)) == (0.0, "sla_violations")
+
+
+def test_each_criterion_decides_when_the_earlier_ones_tie():
+    teacher = Teacher()
+    assert teacher.compare(_stats(v=2, o=1), _stats(v=2, o=4)) == (1.0, "overload")
+    assert teacher.compare(_stats(o=0, f=0.9), _stats(o=0, f=0.2)) == (0.0, "slowdown_spread")
+    # spreads within the 0.05 tolerance tie, energy decides
+    assert teacher.compare(_stats(f=0.50, e=2.0), _stats(f=0.54, e=1.0)) == (0.0, "energy_kwh")
+    assert teacher.compare(_stats(f=0.50, e=1.0), _stats(f=0.56, e=2.0)) == (1.0, "slowdown_spread")
+    # energy within 1% ties: everything ties -> 0.5
+    assert teacher.compare(_stats(e=1.000), _stats(e=1.009)) == (0.5, None)
+    assert teacher.compare(_stats(e=1.000), _stats(e=1.02)) == (1.0, "energy_kwh")
+    assert teacher.label(_stats(), _stats()) == 0.5
+
+
+def test_bounds_tolerances_nan_and_order_are_configurable():
+    cfg = TeacherConfig(sla_violations=Criterion(bound=2.0), overload=Criterion(tolerance=1.0))
+    teacher = Teacher(cfg)
+    # both within the violation bound: tie there, overload decides
+    assert teacher.compare(_stats(v=0, o=5), _stats(v=2, o=0)) == (0.0, "overload")
+    # one inside, one outside the bound
+    assert teacher.compare(_stats(v=2, o=5), _stats(v=3, o=0)) == (1.0, "sla_violations")
+    # overload differences up to 1 tie
+    assert teacher.compare(_stats(o=2, f=0.0), _stats(o=3, f=1.0)) == (1.0, "slowdown_spread")
+    # an unknown statistic is skipped
+    assert teacher.compare(_stats(v=math.nan, e=1.0), _stats(v=5, e=2.0)) == (1.0, "energy_kwh")
+    energy_first = Teacher(TeacherConfig(order=("energy_kwh", "sla_violations")))
+    assert energy_first.compare(_stats(v=5, e=1.0), _stats(v=0, e=2.0)) == (1.0, "energy_kwh")
+    with pytest.raises(ValueError, match="repeat"):
+        TeacherConfig(order=("overload", "overload"))
+    with pytest.raises(ValueError, match="label_noise"):
+        TeacherConfig(label_noise=0.7)
+
+
+def test_label_noise_flips_decided_labels_at_the_configured_rate():
+    cfg = TeacherConfig(label_noise=0.2)
+    a, b = _stats(v=0), _stats(v=1)
+    teacher = Teacher(cfg, seed=7)
+    labels = np.array([teacher.label(a, b) for _ in range(20_000)])
+    assert set(np.unique(labels)) == {0.0, 1.0}
+    flip_rate = float(np.mean(labels == 0.0))
+    assert abs(flip_rate - 0.2) < 0.012, flip_rate   # 4 sigma at n=20000
+    assert all(teacher.label(_stats(), _stats()) == 0.5 for _ in range(200))  # ties stay
+    again = Teacher(cfg, seed=7)
+    assert [again.label(a, b) for _ in range(50)] == labels[:50].tolist()
+    assert all(Teacher(TeacherConfig(), seed=1).label(a, b) == 1.0 for _ in range(100))
+
+
+def test_segment_statistics_on_hand_made_arrays():
+    n, k, t = 3, 2, 4
+    fs, fj = len(SERVER_COLS) + 1, len(JOB_COLS)
+    servers = np.zeros((t + 1, n, fs), dtype=np.float32)
+    servers[..., S["mem_cap"]] = 1.0
+    servers[..., S["mem_free"]] = 1.0
+    servers[1, 0, S["cpu_util"]] = 0.95          # overloaded by CPU
+    servers[2, 1, S["mem_free"]] = 0.05          # overloaded by memory (0.95 used)
+    servers[3, 2, S["cpu_util"]] = 0.90          # exactly at the threshold: not over
+    servers[0, 0, S["cpu_util"]] = 1.0           # before the segment's first action
+    assert overload_count(servers[1:], 0.9) == 2
+    jobs = np.zeros((t + 1, k, fj), dtype=np.float32)
+    jobs[:, :, J["present"]] = 1.0
+    jobs[:, :, J["duration"]] = 0.10
+    jobs[0, 1, J["age"]] = 0.10   # slot 1 at step 0: slowdown 2
+    jobs[2, 0, J["age"]] = 0.30   # slot 0 at step 2: slowdown 4
+    mask = np.ones((t + 1, k * n + n + 1), dtype=np.float32)
+    mask[3, 0 * n + 1] = 0.0      # step 3's placement is masked: nothing starts
+    wait = k * n + n
+    actions = np.array([[1 * n + 2], [wait], [0 * n + 0], [0 * n + 1]])
+    np.testing.assert_allclose(placement_slowdowns(jobs[:t], mask[:t], actions, n), [2.0, 4.0])
+    # branching: slot 0 -> server 1, slot 1 -> defer (n)
+    bmask = np.ones((t, k * (n + 1) + 3 + 2), dtype=np.float32)
+    bactions = np.array([[1, n, 1, 0], [n, n, 1, 0], [2, 0, 1, 0], [n, n, 1, 0]])
+    np.testing.assert_allclose(placement_slowdowns(jobs[:t], bmask, bactions, n),
+                               [1.0, 4.0, 1.0])
+    assert spread(np.array([1.0, 1.0, 1.0, 5.0]), "std") == pytest.approx(np.std([1, 1, 1, 5]))
+    assert spread(np.linspace(1, 2, 11)) == pytest.approx(0.8)
+    assert spread(np.array([3.0])) == 0.0
+    ep = EpisodeData(macro=np.zeros((t + 1, 2), np.float32), servers=servers, jobs=jobs,
+                     mask=mask, actions=actions, violations=np.array([0, 2, 1, 0.0]),
+                     energy_kwh=np.array([0.5, 0.25, 0.25, 1.0]), episode_seed=3,
+                     policy="hand")
+    stats = segment_stats(ep, 0, t, TeacherConfig())
+    assert stats == {"sla_violations": 3.0, "overload": 2.0, "slowdown_spread":
+                     pytest.approx(1.6), "energy_kwh": 2.0}
+    seg = cut_segment(ep, 1, 2, TeacherConfig())
+    assert seg.start == 1 and seg.length == 2 and seg.episode_seed == 3
+    assert seg.stats["sla_violations"] == 3.0 and seg.stats["energy_kwh"] == 0.5
+    assert seg.stats["overload"] == 1.0   # obs 2..3: the memory-overloaded server
+    with pytest.raises(ValueError, match="outside the episode"):
+        cut_segment(ep, 2, 3, TeacherConfig())
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+SMALL_ENV = {"n_servers": 5, "sim": {"episode_length": 50}}
+
+# msgpack_numpy 0.4.8's bytes for GOLDEN_OBJ (packb(obj, default=msgpack_numpy.encode))
+GOLDEN_HEX = (
+    "85a36f627385c4026e64c3c40474797065a33c6634c4046b696e64c400c4057368617065920203c404646174"
+    "61c418000000000000803f0000004000004040000080400000a040a16183c4026e64c2c40474797065a33c69"
+    "38c40464617461c4080700000000000000a16d85c4026e64c3c40474797065a37c6231c4046b696e64c400c4"
+    "0573686170659102c40464617461c4020100a172cbbff8000000000000a1789201a179")
+
+
+def test_codec_writes_msgpack_numpy_wire_format():
+    import msgpack
+
+    obj = {"obs": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.int64(7),
+           "m": np.array([True, False]), "r": np.float64(-1.5), "x": [1, "y"]}
+    packed = msgpack.packb(obj, default=recording._encode)
+    assert packed.hex() == GOLDEN_HEX
+    back = msgpack.unpackb(bytes.fromhex(GOLDEN_HEX), object_hook=recording._decode)
+    np.testing.assert_array_equal(back["obs"], obj["obs"])
+    assert back["obs"].dtype == np.float32 and back["a"] == 7 and back["m"].tolist() == [1, 0]
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demos")
+    summaries = [record_episodes(policy, out, env_config=SMALL_ENV, episodes=2)
+                 for policy in ("power_aware", "round_robin")]
+    return out, summaries
+
+
+def test_recorded_episodes_keep_observations_actions_and_infos(demos):
+    out, summaries = demos
+    assert [s.seeds for s in summaries] == [[0, 1], [0, 1]]   # the first train seeds
+    episodes = read_episodes(out)
+    assert len(episodes) == 4
+    by_key = {(e.custom_data["policy"], e.custom_data["episode_seed"]): e for e in episodes}
+    ep = by_key[("power_aware", 1)]
+    assert len(ep) == 50 and ep.is_truncated and not ep.is_numpy
+    # replay the same policy on the same seed: the same observations, actions and infos
+    from cloudrl.heuristics import make_heuristic
+
+    env, policy = make_env(SMALL_ENV, "flat"), make_heuristic("power_aware")
+    policy.reset()
+    obs, _ = env.reset(seed=1)
+    total_violations = 0
+    for t in range(50):
+        np.testing.assert_array_equal(ep.get_observations(t)["servers"], obs["servers"])
+        action = policy.act(obs)
+        assert ep.get_actions(t) == action
+        obs, reward, _, _, info = env.step(action)
+        assert ep.get_rewards(t) == reward
+        assert ep.get_infos(t + 1)["energy_kwh"] == info["energy_kwh"]
+        total_violations += info["violations"]
+    assert sum(ep.get_infos(t)["violations"] for t in range(1, 51)) == total_violations
+    assert ep.get_return() == pytest.approx(summaries[0].returns[1])
+
+
+def test_recording_refuses_test_seeds_and_unknown_policies(tmp_path):
+    with pytest.raises(ValueError, match="not a train seed"):
+        record_episodes("ffd", tmp_path, env_config=SMALL_ENV, seeds=[1_000_000])
+    with pytest.raises(ValueError, match="neither a heuristic"):
+        record_episodes("nosuch", tmp_path, env_config=SMALL_ENV)
+
+
+def test_rllib_offline_reader_reads_recorded_episodes(demos, ray_session):
+    """RLlib's own reader path: OfflineData (ray.data.read_parquet) -> OfflinePreLearner,
+    which unpacks the episodes (msgpack + msgpack_numpy) and runs the learner connector."""
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.offline.offline_data import OfflineData
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    from models.masked_ppo import MaskedPPOTorchRLModule
+
+    out, _ = demos
+    ensure_msgpack_numpy()
+    env = make_env(SMALL_ENV, "flat")
+    spaces = (env.observation_space, env.action_space)
+    cfg = (BCConfig().environment(observation_space=spaces[0], action_space=spaces[1])
+           .offline_data(input_=[str(out)], input_read_episodes=True)
+           .training(train_batch_size_per_learner=64)
+           .rl_module(rl_module_spec=RLModuleSpec(module_class=MaskedPPOTorchRLModule)))
+    data = OfflineData(cfg)
+    assert data.data.count() == 4
+    items = data.data.take_batch(4)
+    module_spec = cfg.get_multi_rl_module_spec(spaces={"default_policy": spaces})
+    batch = OfflinePreLearner(config=cfg, spaces=spaces, module_spec=module_spec)(items)
+    obs_servers = batch["default_policy/obs/servers"].numpy()
+    actions = batch["default_policy/actions"].numpy()
+    assert obs_servers.shape == (64, 5, env.observation_space["servers"].shape[1])
+    # every sampled (observation, action) is a recorded step
+    recorded = {}
+    for ep in read_episodes(out):
+        for t in range(len(ep)):
+            recorded.setdefault(ep.get_observations(t)["servers"].tobytes(), set()).add(
+                int(ep.get_actions(t)))
+    for servers, action in zip(obs_servers, actions, strict=True):
+        assert int(action) in recorded[servers.astype(np.float32).tobytes()]
