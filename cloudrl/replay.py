@@ -8,8 +8,23 @@ side, so sampling is one gather of contiguous rows), actions, n-step rewards,
 (``gamma**k``, ``k <= n_step``), and a sum tree plus a min tree of priorities.
 ``add``, ``sample`` and ``update_priorities`` are vectorized over the batch
 (Python loops only over tree levels or the ``n_step`` window) and never call
-``.item()``/``.cpu()``: the write pointer and size are device tensors too. Only
-``len()`` syncs.
+``.item()``/``.cpu()``, nor write a Python scalar into a device tensor (a host-to-
+device copy on CUDA; ``t[i:i+1].zero_()``, not ``t[i] = False``): the write pointer and
+size are device tensors too. Only ``len()`` and ``next_slot`` sync. Stream ids given as
+host data (numpy, lists, CPU tensors) are range-checked on the host before the upload,
+ids already on an accelerator are not (that would sync).
+
+Copies. Inputs may live anywhere; they go to the buffer's device with
+``non_blocking=True`` only when that device is an accelerator and the source is pinned
+host memory, a device of the same kind, or (CUDA only) pageable host memory
+(:func:`non_blocking_copy`). A non-blocking copy to the host returns before the data
+has landed, so a CPU buffer fed CUDA tensors would store whatever the destination held
+before.
+
+Speed on CUDA (measured on an H100 by an outside verification): the hot paths are
+launch-bound. ``sample(512)`` launched 62 kernels taking 134 us of device time in all,
+but 1.1-1.4 ms of wall time; captured as one CUDA graph, sample + priority update took
+0.23 ms. Speeding it up means fewer launches (fusion, graph capture), not fewer bytes.
 
 Memory per stored transition: ``2 * obs_bytes + action_bytes + 12`` bytes
 (reward, done, discount as float32) plus ~17 bytes of trees (two float64 trees
@@ -46,6 +61,8 @@ from typing import Any
 import numpy as np
 import torch
 
+ACCELERATORS = ("cuda", "mps", "xpu")
+
 
 @dataclass
 class ReplayConfig:
@@ -65,6 +82,23 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     return torch.from_numpy(np.zeros(0, dtype=np.dtype(dtype))).dtype
+
+
+def non_blocking_copy(src: torch.device, dst: torch.device, src_pinned: bool) -> bool:
+    """Whether a copy from ``src`` to ``dst`` may be ``non_blocking``.
+
+    Only to an accelerator (CUDA, MPS, XPU), from pinned host memory or from a device of
+    the same kind: the copy is then ordered on the destination's stream before any use
+    there. Also pageable host memory to CUDA: CUDA stages it before the call returns, so
+    it is safe and skips the stream synchronisation a blocking copy ends with (to MPS it
+    is not safe: the source may be freed before the copy reads it). A non-blocking copy
+    to the host returns before the data lands.
+    """
+    if dst.type not in ACCELERATORS:
+        return False
+    if src.type == "cpu":
+        return src_pinned or dst.type == "cuda"
+    return src.type == dst.type
 
 
 def obs_spec_from_space(space: Any) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -208,7 +242,8 @@ class DeviceReplayBuffer:
         for key, (group, offset, size, _) in self._layout.items():
             for j, src in enumerate((obs, next_obs)):
                 value = torch.as_tensor(src[key]).reshape(rows, size)
-                out[group][:, j, offset:offset + size].copy_(value, non_blocking=True)
+                out[group][:, j, offset:offset + size].copy_(
+                    value, non_blocking=self._non_blocking(value))
         return out
 
     def _write_obs(self, slot: torch.Tensor, obs: Mapping[str, Any],
@@ -223,8 +258,25 @@ class DeviceReplayBuffer:
         return {key: flat[g][:, j, offset:offset + size].view(-1, *shape)
                 for key, (g, offset, size, shape) in self._layout.items()}
 
+    def _non_blocking(self, value: torch.Tensor) -> bool:
+        src = value.device
+        pinned = (src.type == "cpu" and self.device.type in ACCELERATORS
+                  and value.is_pinned())
+        return non_blocking_copy(src, self.device, pinned)
+
     def _to_device(self, value: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.as_tensor(value).to(device=self.device, dtype=dtype, non_blocking=True)
+        value = torch.as_tensor(value)
+        return value.to(device=self.device, dtype=dtype, non_blocking=self._non_blocking(value))
+
+    def _stream_ids(self, sid: Any, n_rows: int) -> torch.Tensor:
+        """Stream ids on the device; host data is range-checked first (device ids are not)."""
+        if sid is None:
+            return torch.zeros(n_rows, dtype=torch.long, device=self.device)
+        if not isinstance(sid, torch.Tensor) or sid.device.type == "cpu":
+            host = sid.numpy() if isinstance(sid, torch.Tensor) else np.asarray(sid)
+            if host.size and not ((host >= 0).all() and (host < self.config.num_streams).all()):
+                raise ValueError(f"stream_id outside [0, {self.config.num_streams})")
+        return self._to_device(sid, torch.long)
 
     def __len__(self) -> int:
         return int(self._size)
@@ -258,12 +310,7 @@ class DeviceReplayBuffer:
             for start in range(0, n_rows, self._max_rows):
                 stored = stored + self.add(slice_rows(batch, start, start + self._max_rows))
             return stored
-        sid = batch.get("stream_id")
-        sid = (torch.zeros(n_rows, dtype=torch.long, device=dev) if sid is None
-               else self._to_device(sid, torch.long))
-        if sid.device.type == "cpu" and n_rows and not (
-                (sid >= 0).all() and (sid < cfg.num_streams).all()):
-            raise ValueError(f"stream_id outside [0, {cfg.num_streams})")
+        sid = self._stream_ids(batch.get("stream_id"), n_rows)
         false = torch.zeros(n_rows, dtype=torch.bool, device=dev)
         new = {
             # n_step == 1 writes observations straight into the ring (below)
@@ -393,7 +440,7 @@ class DeviceReplayBuffer:
         for key in ("action", "reward", "terminated", "truncated", "stream_id"):
             pend[key].index_copy_(0, slot, seq[key].index_select(0, order))
         pend["valid"].index_copy_(0, slot, incomplete)
-        pend["valid"][-1] = False
+        pend["valid"][-1:].zero_()  # the scratch slot (a device-side fill: no host copy)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None
                ) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import weakref
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,8 +12,9 @@ import torch
 from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from cloudrl.replay import DeviceReplayBuffer, PriorityTrees, ReplayConfig
+from cloudrl.replay import DeviceReplayBuffer, PriorityTrees, ReplayConfig, non_blocking_copy
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 SPEC = {"x": ((2,), np.float32), "action_mask": ((3,), np.float32)}
@@ -245,23 +248,213 @@ def test_trees_track_sum_and_min_of_leaves(fanout: int, case: tuple[int, list]) 
         assert trees.find(mid).tolist() == nonzero.tolist()
 
 
+def on_device(batch: dict, device: str) -> dict:
+    return {k: ({kk: torch.as_tensor(vv, device=device) for kk, vv in v.items()}
+                if isinstance(v, dict) else torch.as_tensor(v, device=device))
+            for k, v in batch.items()}
+
+
+aten = torch.ops.aten
+# Python data turned into a tensor (torch.tensor(...), ``t[i] = 0.0`` on the host path)
+LIFTS = {aten.lift_fresh.default, aten.lift_fresh_copy.default}
+# ops that make a 0-d tensor from a Python scalar; harmless feeding torch.where, but a
+# write of one into a CUDA tensor (``t[i] = False``) is a host-to-device copy
+SCALARS = LIFTS | {aten.scalar_tensor.default}
+WRITES = {aten.copy_.default, aten.fill_.Tensor, aten.index_put_.default,
+          aten.masked_fill_.Tensor, aten.index_fill_.int_Tensor}
+
+
+class HostRoundTrips(TorchDispatchMode):
+    """Records the aten ops that sync a CUDA stream with the host or write a host scalar.
+
+    ``_local_scalar_dense`` is ``.item()``/``bool()``/``int()`` of a tensor: on CUDA the
+    host waits for the device. A lifted Python value, or a write whose source is a 0-d
+    tensor freshly made from a Python scalar, is a host-to-device copy on CUDA.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self._fresh: dict[int, weakref.ref] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is aten._local_scalar_dense.default:
+            self.found.append("a tensor value read back to the host (item/bool/int)")
+        elif func in LIFTS:
+            self.found.append(f"Python data lifted into a tensor ({func})")
+        elif func in WRITES:
+            for src in (*args[1:], *kwargs.values()):
+                ref = self._fresh.get(id(src))
+                if ref is not None and ref() is src:
+                    self.found.append(f"a Python scalar written into a tensor ({func})")
+        out = func(*args, **kwargs)
+        if func in SCALARS and isinstance(out, torch.Tensor):
+            self._fresh[id(out)] = weakref.ref(out)
+        return out
+
+
+def test_host_round_trip_recorder_catches_what_it_must() -> None:
+    """Positive controls: each kind of host round trip is reported, device-side fills are not."""
+    pend = torch.zeros(5, dtype=torch.bool)
+    for sync, expected in ((lambda: pend[-1].item(), "read back"),
+                           (lambda: bool(pend.any()), "read back"),
+                           (lambda: pend.__setitem__(-1, False), "Python"),
+                           (lambda: torch.tensor(3.0) + 1, "lifted")):
+        with HostRoundTrips() as rec:
+            sync()
+        assert rec.found and expected in rec.found[0]
+    with HostRoundTrips() as rec:
+        pend[-1:].zero_()
+        pend.narrow(0, 0, 2).fill_(True)
+        torch.where(pend, torch.ones(5), 0.0)
+    assert rec.found == []
+
+
+def test_add_sample_update_never_round_trip_through_the_host() -> None:
+    """The CPU stand-in for the CUDA no-sync test below (which needs a GPU)."""
+    buf = buffer(capacity=64, n_step=3, num_streams=2)
+    batches = [on_device(rows([float(i) for i in range(j, j + 8)],
+                              stream_id=[i % 2 for i in range(8)],
+                              terminated=[i == 5 for i in range(8)]), "cpu") for j in (0, 8)]
+    gen, dropped = torch.Generator().manual_seed(0), torch.tensor([1])
+    with HostRoundTrips() as rec:
+        for batch in batches:  # the second call completes rows held over from the first
+            buf.add(batch)
+        out = buf.sample(32, generator=gen)
+        buf.update_priorities(out["indices"], out["rewards"])
+        buf.discard_pending(dropped)
+        buf.insert({k: v for k, v in out.items() if k not in ("weights", "indices")},
+                   td_abs=out["rewards"])
+    assert rec.found == []
+    # first call: stream 0 stores rows 0, 2 (holds 4, 6), stream 1 stores 1, 3, 5 (episode
+    # end; holds 7); second call: 4, 6, 8, 10 and 7, 9, 11, 13; then the 32 inserted
+    assert len(buf) == 5 + 8 + 32
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_add_sample_update_do_not_sync_with_host() -> None:
     buf = buffer("cuda", capacity=64, n_step=3, num_streams=2)
-    batch = {k: ({kk: torch.as_tensor(vv, device="cuda") for kk, vv in v.items()}
-                 if isinstance(v, dict) else torch.as_tensor(v, device="cuda"))
-             for k, v in rows([float(i) for i in range(16)],
-                              stream_id=[i % 2 for i in range(16)]).items()}
+    batch = on_device(rows([float(i) for i in range(16)],
+                           stream_id=[i % 2 for i in range(16)]), "cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
+        # positive controls: the mode does raise on a sync, scalar writes included
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            bool(buf.state_dict()["size"] == 0)
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            buf.state_dict()["pending"]["valid"][-1] = False
         buf.add(batch)
+        buf.add(batch)  # pending rows from the first call complete here
         out = buf.sample(32, generator=gen)
         buf.update_priorities(out["indices"], out["rewards"])
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert len(buf) == 12
+    assert len(buf) == 12 + 16
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_cpu_buffer_fed_cuda_tensors_stores_exactly_the_data(n_step: int) -> None:
+    buf = buffer("cpu", capacity=64, n_step=n_step)
+    data = rows([float(i) for i in range(40)], terminated=[i % 7 == 6 for i in range(40)])
+    buf.add(on_device(data, "cuda"))
+    ref = buffer("cpu", capacity=64, n_step=n_step)
+    ref.add(data)
+    got, want = stored(buf, 0, len(ref)), stored(ref, 0, len(ref))
+    assert len(buf) == len(ref) > 0
+    for key in ("actions", "rewards", "dones", "discounts"):
+        assert torch.equal(got[key], want[key]), key
+    for part in ("obs", "next_obs"):
+        for key in got[part]:
+            assert torch.equal(got[part][key], want[part][key]), (part, key)
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_stream_ids_outside_the_range_are_rejected_before_anything_is_stored(
+        as_tensor: bool) -> None:
+    buf = buffer(capacity=8, n_step=2, num_streams=2)
+    for bad in ([0, 2], [-1, 0]):
+        batch = rows([0.0, 1.0], stream_id=bad)
+        batch["stream_id"] = torch.tensor(bad) if as_tensor else bad  # a list
+        with pytest.raises(ValueError, match=r"stream_id outside \[0, 2\)"):
+            buf.add(batch)
+    assert len(buf) == 0 and not buf.state_dict()["pending"]["valid"].any()
+
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+@pytest.mark.parametrize(("src", "dst", "pinned", "expected"), [
+    (CPU, CPU, False, False),
+    (CUDA, CPU, False, False),  # to the host: a non-blocking copy lands after it is read
+    (torch.device("mps"), CPU, False, False),
+    (CPU, CUDA, False, True),  # pageable: CUDA stages it before returning
+    (CPU, torch.device("mps"), False, False),  # pageable to MPS: not safe
+    (CPU, torch.device("xpu"), False, False),
+    (CPU, CUDA, True, True),  # pinned host memory
+    (CUDA, CUDA, False, True),
+    (torch.device("cuda", 1), torch.device("cuda", 0), False, True),
+    (CPU, torch.device("xpu"), True, True),
+    (CPU, torch.device("mps"), True, True),
+    (torch.device("xpu"), CUDA, False, False),
+    (CPU, torch.device("meta"), True, False),
+])
+def test_non_blocking_only_to_an_accelerator_from_pinned_memory_or_its_own_kind(
+        src: torch.device, dst: torch.device, pinned: bool, expected: bool) -> None:
+    assert non_blocking_copy(src, dst, pinned) is expected
+
+
+class CopyFlags(TorchDispatchMode):
+    """Records the ``non_blocking`` flag of every copy into a host tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.to_host: list[bool] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is aten._to_copy.default and kwargs.get("device", args[0].device).type == "cpu":
+            self.to_host.append(bool(kwargs.get("non_blocking", False)))
+        elif func is aten.copy_.default and args[0].device.type == "cpu":
+            self.to_host.append(bool(args[2] if len(args) > 2 else
+                                     kwargs.get("non_blocking", False)))
+        return func(*args, **kwargs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n_step=st.sampled_from([1, 2, 3]), n=st.integers(1, 30), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float64, torch.float32, torch.int32]))
+def test_cpu_buffer_fed_tensors_stores_the_data_fed_with_blocking_copies(
+        n_step: int, n: int, seed: int, dtype: torch.dtype) -> None:
+    """Every transition the buffer stores equals the one built from the rows fed to it."""
+    rng = np.random.default_rng(seed)
+    ends = rng.random(n) < 0.2
+    ids = rng.integers(-50, 50, n).astype(np.float32)
+    data = on_device(rows(list(ids), terminated=ends), "cpu")
+    data["reward"] = data["reward"].to(dtype)  # a dtype change: a real copy, not a no-op
+    data["obs"]["x"] = data["obs"]["x"].to(dtype)
+    data["action"] = data["action"].to(torch.int32)
+    buf = buffer(capacity=64, n_step=n_step, gamma=0.5)
+    with CopyFlags() as flags:
+        stored_now = int(buf.add(data))
+    assert flags.to_host and not any(flags.to_host)
+    out = stored(buf, 0, stored_now)
+    # rows whose window is complete: n_step rows, or an episode end within them
+    firsts = [t for t in range(n) if t + n_step <= n or ends[t:t + n_step].any()]
+    assert stored_now == len(firsts)
+    for slot, t in enumerate(firsts):
+        k = next(j for j in range(1, n_step + 1) if j == n_step or ends[t + j - 1])
+        assert out["obs"]["x"][slot, 0].item() == ids[t]
+        assert out["actions"][slot].item() == t
+        assert out["rewards"][slot].item() == pytest.approx(
+            sum(0.5 ** i * float(ids[t + i]) for i in range(k)))
+        assert out["next_obs"]["x"][slot, 0].item() == ids[t + k - 1] + 0.5
+        assert out["dones"][slot].item() == float(ends[t + k - 1])
 
 
 @pytest.mark.parametrize("device", DEVICES)
