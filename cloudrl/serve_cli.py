@@ -9,13 +9,11 @@ from typing import Any
 from cloudrl.config import ConfigError
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    import time
-
-    from ray import serve
-
-    from cloudrl.ray_utils import init_ray
-    from serve_apps.app import build_app
+def service_config(args: argparse.Namespace) -> Any:
+    """The ServiceConfig of ``cloudrl serve``: defaults < ``--config`` YAML (a mapping of
+    ServiceConfig fields, like the ``args`` in ``serve_apps/config.yaml``) <
+    ``CLOUDRL__*`` env vars (``CLOUDRL__FAILURE_THRESHOLD=5``) < flags."""
+    from cloudrl.config import load_config
     from serve_apps.service_config import ServiceConfig
 
     overrides: dict[str, Any] = {}
@@ -27,10 +25,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.n_servers is not None or args.workload is not None:
         overrides["env"] = {k: v for k, v in (("n_servers", args.n_servers),
                                               ("workload", args.workload)) if v is not None}
-    try:
-        cfg = ServiceConfig.model_validate(overrides)
-    except ValueError as e:
-        raise ConfigError(f"invalid service config: {e}") from None
+    return load_config(ServiceConfig, args.config, overrides)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import time
+
+    from ray import serve
+
+    from cloudrl.ray_utils import init_ray
+    from serve_apps.app import build_app
+
+    cfg = service_config(args)
     init_ray()
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
@@ -58,6 +64,8 @@ def _cmd_feedback_export(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     sv = sub.add_parser("serve", help="run the Ray Serve decision service on a checkpoint "
                                       "or heuristic")
+    sv.add_argument("--config", metavar="YAML", help="ServiceConfig fields (CLOUDRL__* env "
+                                                   "vars and flags override)")
     sv.add_argument("--checkpoint", help="trained checkpoint dir (from cloudrl train)")
     sv.add_argument("--policy", help="or heuristic:NAME / python:MODULE:FACTORY "
                                      "(default heuristic:power_aware)")

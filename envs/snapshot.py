@@ -9,6 +9,8 @@ snapshot), which tests and clients use to drive the service from the simulator.
 
 Units are the simulator's: CPU and memory in largest-machine units, times in ticks.
 Job ``deadline`` counts ticks from now; ``age`` ticks since the job arrived.
+Every tick count is at most ``MAX_TICKS`` and every job count at most ``MAX_JOBS``, so
+sums such as ``tick + deadline`` stay far inside int64 (``check`` enforces both).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from envs.sim import ClusterSim
 
 POWER_STATES = ("active", "asleep", "waking")  # index = the simulator's state code
+MAX_TICKS = 10**9  # any tick count: ~31 years of one-second ticks
+MAX_JOBS = 10**6  # jobs running on one server
 
 
 @dataclass
@@ -57,6 +61,20 @@ class ClusterSnapshot:
                                  f"job_age has {n_jobs}")
         if np.any((self.power_state < 0) | (self.power_state >= len(POWER_STATES))):
             raise ValueError(f"snapshot.power_state: codes must be in [0, {len(POWER_STATES)})")
+        bounded = {"tick": (self.tick, 0), "clock_offset": (self.clock_offset, -MAX_TICKS),
+                   "wake_left": (self.wake_left, 0), "job_duration": (self.job_duration, 0),
+                   "job_deadline": (self.job_deadline, -MAX_TICKS), "job_age": (self.job_age, 0)}
+        for name, (value, low) in bounded.items():
+            _check_range(name, value, low, MAX_TICKS)
+        _check_range("n_running", self.n_running, 0, MAX_JOBS)
+
+
+def _check_range(name: str, value: int | np.ndarray, low: int, high: int) -> None:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"snapshot.{name}: integers expected, got {arr.dtype}")
+    if arr.size and (int(arr.min()) < low or int(arr.max()) > high):
+        raise ValueError(f"snapshot.{name}: values must be in [{low}, {high}]")
 
 
 def snapshot_of(sim: ClusterSim) -> ClusterSnapshot:

@@ -11,7 +11,14 @@ Endpoints (JSON):
 
 Run it with ``serve run serve_apps/config.yaml``, ``cloudrl serve --checkpoint PATH`` or
 ``serve.run(build_app({...}))``. Bad input is answered 4xx naming the field (422 for
-validation, 413 for an oversized body, 401 without the token) and nothing is stored.
+validation, 413 for an oversized body, 401 without the token, 400 for a body that is not
+text) and nothing is stored. Every error body has one format:
+``{"error": "<one line>", "errors": [{"field": ..., "message": ...}, ...]}``.
+
+The health check fails only for a broken stable version; a canary that fails its probe
+is dropped (``Rollout.drop_canary``), so a bad canary can never take replicas down. The
+OpenAPI schema (``/openapi.json``) carries the deployed fleet's rules: the exact server
+count, its tier names, the queue capacity, the priority levels and the batch size.
 """
 
 
@@ -22,14 +29,16 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from ray import serve
 from ray.serve.metrics import Counter
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.feedback import FeedbackStore
 from serve_apps.body_limit import BodyLimit
-from serve_apps.rollout import Rollout, ShieldSettings
-from serve_apps.runtime import PolicySpecError
+from serve_apps.rollout import Rollout, ShieldSettings, log
+from serve_apps.runtime import PolicySpecError, ServedPolicy
 from serve_apps.schemas import (
     DecideBatchRequest,
     DecideBatchResponse,
@@ -69,6 +78,19 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
                         status_code=422)
 
 
+_HTTP_FIELD = {400: "body", 401: "authorization", 404: "path", 405: "method"}
+
+
+@api.exception_handler(StarletteHTTPException)
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    message = str(exc.detail)
+    if exc.status_code == 400:
+        message = f"{message}: the body is not UTF-8 JSON text"
+    return JSONResponse({"error": message, "errors": [{
+        "field": _HTTP_FIELD.get(exc.status_code, "request"), "message": message}]},
+        status_code=exc.status_code, headers=exc.headers)
+
+
 @api.exception_handler(StateError)
 async def _state_error(_: Request, exc: StateError) -> JSONResponse:
     return JSONResponse({"error": str(exc), "errors": [{"field": exc.field,
@@ -81,6 +103,25 @@ async def _spec_error(_: Request, exc: PolicySpecError) -> JSONResponse:
     return JSONResponse({"error": str(exc), "errors": [{"field": "policy",
                                                         "message": str(exc)}]},
                         status_code=422)
+
+
+def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: int
+                  ) -> dict[str, Any]:
+    """``schema`` with the rules of ``policy``'s fleet that a client must follow."""
+    comps = schema.get("components", {}).get("schemas", {})
+    n, sim = policy.fleet.n_servers, policy.env_config.sim
+    for name in ("ClusterState", "DecideRequest"):
+        props = comps.get(name, {}).get("properties")
+        if props:
+            props["servers"].update(minItems=n, maxItems=n)
+            props["jobs"]["maxItems"] = sim.queue_capacity
+            props["priority_level"]["maximum"] = sim.priority_levels - 1
+    if "ServerState" in comps:
+        tiers = list(dict.fromkeys(policy.fleet.tier_names[t] for t in policy.fleet.tier))
+        comps["ServerState"]["properties"]["tier"]["enum"] = tiers
+    if "DecideBatchRequest" in comps:
+        comps["DecideBatchRequest"]["properties"]["states"]["maxItems"] = max_batch_size
+    return schema
 
 
 def health_errors(shields: list[Shield]) -> list[str]:
@@ -105,9 +146,15 @@ class DecisionService:
         self.token = cfg.token()
         self.rollout = Rollout(
             cfg.policy, cfg.env, cfg.interface, db_path=cfg.state_db, seed=cfg.routing_seed,
-            shield=ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s))
+            shield=ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s,
+                                  cfg.smoke_timeout_s))
         if cfg.canary and self.rollout.canary is None:
-            self.rollout.start_canary(cfg.canary, cfg.canary_weight)
+            try:
+                self.rollout.start_canary(cfg.canary, cfg.canary_weight)
+            except PolicySpecError as e:  # the stable version serves alone
+                log.warning("configured canary not started: %s", e)
+        api.openapi_schema = None
+        api.openapi = self._openapi  # type: ignore[method-assign]
         self.feedback = FeedbackStore(cfg.state_db)
         self._batched.set_max_batch_size(cfg.max_batch_size)
         self._batched.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
@@ -116,19 +163,40 @@ class DecisionService:
         self.decisions = Counter("cloudrl_decisions", description="decisions answered",
                                  tag_keys=("version", "answered_by"))
 
-    def check_health(self) -> None:
-        errors = health_errors(self.rollout.shields())
-        if errors:
-            raise RuntimeError("broken model: " + " | ".join(errors))
+    def _openapi(self) -> dict[str, Any]:
+        if api.openapi_schema is None:
+            schema = get_openapi(title=api.title, version=api.version, routes=api.routes)
+            api.openapi_schema = fleet_openapi(schema, self.rollout.stable.policy,
+                                               self.config.max_batch_size)
+        return api.openapi_schema
+
+    async def check_health(self) -> None:
+        """A canary that fails its probe is dropped; only a broken stable version fails."""
+        self.rollout.sync()
+        timeout = self.config.smoke_timeout_s
+        canary = self.rollout.canary
+        if canary is not None:
+            error = await canary.probe(timeout)
+            if error:
+                self.rollout.drop_canary(canary.policy.version, f"health probe: {error}")
+        stable = self.rollout.stable
+        error = await stable.probe(timeout)
+        if error:
+            raise RuntimeError(f"broken model: {stable.policy.version} "
+                               f"({stable.policy.spec}): {error}")
+
+    def _has_token(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        return bool(self.token) and scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), (self.token or "").encode())  # bytes: any header text
 
     def _require_token(self, request: Request) -> None:
         if not self.token:
             raise HTTPException(401, "this endpoint needs a bearer token: set auth_token in "
                                      "the service config or CLOUDRL_SERVE_TOKEN",
                                 headers={"WWW-Authenticate": "Bearer"})
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), self.token):
+        if not self._has_token(request):
             raise HTTPException(401, "missing or wrong bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})
 
@@ -197,9 +265,10 @@ class DecisionService:
             fallback_reason=outcome.reason, latency_ms=(time.perf_counter() - start) * 1e3)
 
     @api.get("/v1/policy")
-    async def policy(self) -> dict[str, Any]:
+    async def policy(self, request: Request) -> dict[str, Any]:
+        """Checkpoint paths are shown to bearer-token holders only."""
         self.rollout.sync()
-        return self.rollout.report()
+        return self.rollout.report(show_paths=self._has_token(request))
 
     @api.post("/v1/rollout")
     async def rollout_change(self, body: RolloutRequest, request: Request) -> dict[str, Any]:
@@ -207,7 +276,9 @@ class DecisionService:
         self.rollout.sync()
         if body.action == "canary":
             weight = self.config.canary_weight if body.weight is None else body.weight
-            self.rollout.start_canary(body.policy, weight)
+            # loaded and smoke-tested off the event loop; nothing is persisted on failure
+            shield = await asyncio.to_thread(self.rollout.load_canary, body.policy)
+            self.rollout.start_canary(shield, weight)
         elif body.action == "weight":
             self.rollout.set_weight(body.weight)
         elif body.action == "promote":
@@ -234,5 +305,7 @@ def build_app(args: dict[str, Any] | ServiceConfig | None = None) -> "serve.Appl
     cfg = ServiceConfig.coerce(args).resolved()
     cfg = cfg.model_copy(update={"auth_token": cfg.token()})
     deployment = DecisionService.options(
-        num_replicas=cfg.num_replicas, ray_actor_options={"num_cpus": cfg.num_cpus})
+        num_replicas=cfg.num_replicas, ray_actor_options={"num_cpus": cfg.num_cpus},
+        health_check_period_s=cfg.health_check_period_s,
+        health_check_timeout_s=cfg.health_check_timeout_s)
     return deployment.bind(cfg.model_dump(mode="json"))

@@ -8,7 +8,11 @@ check (a tick-0 state) pass while real traffic trips the shield:
 * ``python:serve_apps.faults:nan``: returns NaN actions;
 * ``python:serve_apps.faults:slow``: sleeps ``SLOW_SECONDS`` (beyond the model timeout);
 * ``python:serve_apps.faults:infeasible``: returns an action the mask forbids;
-* ``python:serve_apps.faults:broken``: raises on every state (fails health checks).
+* ``python:serve_apps.faults:broken``: raises on every state (refused as a canary: it
+  fails the smoke test);
+* ``python:serve_apps.faults:breaks_later``: answers its first ``GOOD_CALLS`` batches
+  (the smoke test passes), then raises on every state (a canary that breaks at run time:
+  the health check drops it).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from cloudrl.policy import Interface
 from envs.env_config import EnvConfig
 
 SLOW_SECONDS = 3.0
+GOOD_CALLS = 2
 _PROGRESS = -1  # the macro vector ends with t / episode_length
 
 
@@ -32,12 +37,17 @@ class FaultyPolicy:
     fault: str
     interface: Interface
     always: bool = False
+    good_calls: int | None = None  # set: fault on every state after this many batches
 
     def __post_init__(self) -> None:
         self.name = f"fault:{self.fault}"
         self._inner = make_heuristic("power_aware", self.interface)
+        self._calls = 0
 
     def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
+        self._calls += 1
+        if self.good_calls is not None and self._calls > self.good_calls:
+            raise RuntimeError(f"injected model failure after {self.good_calls} batches")
         actions = []
         for obs in observations:
             self._inner.reset()
@@ -80,3 +90,7 @@ def infeasible(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
 
 def broken(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
     return FaultyPolicy("raise", interface, always=True)
+
+
+def breaks_later(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
+    return FaultyPolicy("raise", interface, good_calls=GOOD_CALLS)

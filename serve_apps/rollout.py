@@ -5,6 +5,13 @@ canary with probability ``weight`` (by a hash of its routing key when it has one
 caller sticks to one version). ``start_canary`` loads a new version next to the stable
 one; ``promote`` makes the canary the stable version; ``rollback`` drops it.
 
+A canary is loaded and smoke-tested (``Shield.smoke_test``: a few synthetic states,
+feasible and finite actions within the time limit) before it is accepted or persisted;
+one that fails raises :class:`PolicySpecError`. A persisted canary that no longer loads or
+passes its smoke test (after a restart, or on a replica following another) is dropped
+with a logged reason, and so is one whose health probe fails at run time
+(``drop_canary``): the stable version and the fallback keep serving.
+
 The rollout state is persisted in the service's SQLite database, so a restarted service
 keeps a promoted version, and every replica follows a change made through any replica
 (``sync`` re-reads the state when SQLite's ``data_version`` says another connection
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field
@@ -28,6 +36,8 @@ from envs.env_config import EnvConfig
 from serve_apps.runtime import PolicySpecError, ServedPolicy
 from serve_apps.shield import CircuitBreaker, Shield
 
+log = logging.getLogger("ray.serve")
+
 SCHEMA = "CREATE TABLE IF NOT EXISTS rollout (id INTEGER PRIMARY KEY CHECK (id = 1), " \
          "state TEXT NOT NULL)"
 
@@ -37,6 +47,7 @@ class ShieldSettings:
     timeout_s: float = 1.0
     failure_threshold: int = 3
     cooldown_s: float = 5.0
+    smoke_timeout_s: float = 10.0
 
 
 @dataclass
@@ -86,18 +97,39 @@ class Rollout:
             self._data_version = self._version_of_db()
 
     def _apply(self, state: dict[str, Any]) -> None:
-        wanted = [state["stable"]] + ([state["canary"]] if state["canary"] else [])
-        for entry in wanted:
-            if entry["version"] not in self._loaded:
-                self._loaded[entry["version"]] = self._shield_for(entry["spec"], entry["version"])
-        keep = {entry["version"] for entry in wanted}
-        self._loaded = {v: s for v, s in self._loaded.items() if v in keep}
+        stable, canary = state["stable"], state["canary"]
+        loaded = dict(self._loaded)
+        if stable["version"] not in loaded:
+            loaded[stable["version"]] = self._shield_for(stable["spec"], stable["version"])
+        if canary and canary["version"] not in loaded:
+            try:
+                loaded[canary["version"]] = self.load_canary(canary["spec"], canary["version"],
+                                                             loaded[stable["version"]])
+            except PolicySpecError as e:  # never serve (or crash on) a failing canary
+                log.warning("dropping persisted canary %s: %s", canary["version"], e)
+                state = dict(state, canary=None, weight=0.0)
+                self._write(state)
+        keep = {stable["version"]} | ({state["canary"]["version"]} if state["canary"] else set())
+        self._loaded = {v: s for v, s in loaded.items() if v in keep}
         self.state = state
 
     def _shield_for(self, spec: str, version: str) -> Shield:
         policy = ServedPolicy(spec, version, self.env_config, self.interface)
         breaker = CircuitBreaker(self.shield.failure_threshold, self.shield.cooldown_s)
         return Shield(policy, timeout_s=self.shield.timeout_s, breaker=breaker)
+
+    def load_canary(self, spec: str, version: str | None = None,
+                    stable: Shield | None = None) -> Shield:
+        """A new version, loaded and smoke-tested (blocking); PolicySpecError says why not."""
+        shield = self._shield_for(spec, version or f"v{self.state['next']}")
+        stable = stable or self.stable
+        if shield.policy.fleet_signature() != stable.policy.fleet_signature():
+            raise PolicySpecError(f"policy {spec!r} was trained for another fleet or queue "
+                                  "than the stable version; requests could not fit both")
+        error = shield.smoke_test(self.shield.smoke_timeout_s)
+        if error:
+            raise PolicySpecError(f"policy {spec!r} failed its smoke test: {error}")
+        return shield
 
     # ------------------------------------------------------------ routing
     @property
@@ -124,18 +156,25 @@ class Rollout:
         return list(self._loaded.values())
 
     # ------------------------------------------------------------ changes
-    def start_canary(self, spec: str, weight: float) -> str:
+    def start_canary(self, spec: str | Shield, weight: float) -> str:
+        """Serve ``spec`` (or a shield from :meth:`load_canary`) as the canary; persisted."""
+        shield = self.load_canary(spec) if isinstance(spec, str) else spec
         version = f"v{self.state['next']}"
-        shield = self._shield_for(spec, version)  # raises PolicySpecError on a bad spec
-        if shield.policy.fleet_signature() != self.stable.policy.fleet_signature():
-            raise PolicySpecError(f"policy {spec!r} was trained for another fleet or queue "
-                                  "than the stable version; requests could not fit both")
+        shield.policy.version = version
         self._loaded[version] = shield
         state = dict(self.state, next=self.state["next"] + 1, weight=weight,
-                     canary={"version": version, "spec": spec})
+                     canary={"version": version, "spec": shield.policy.spec})
         self._write(state)
         self._apply(state)
         return version
+
+    def drop_canary(self, version: str, reason: str) -> bool:
+        """Roll back canary ``version`` (if it still is the canary), logging why."""
+        if self.state["canary"] is None or self.state["canary"]["version"] != version:
+            return False
+        log.warning("dropping canary %s (%s): %s", version, self.state["canary"]["spec"], reason)
+        self._commit(dict(self.state, canary=None, weight=0.0))
+        return True
 
     def set_weight(self, weight: float) -> None:
         if self.canary is None:
@@ -156,12 +195,17 @@ class Rollout:
         self._write(state)
         self._apply(state)
 
-    def report(self) -> dict[str, Any]:
+    def report(self, show_paths: bool = True) -> dict[str, Any]:
+        """Versions, weights and counters; without ``show_paths`` a checkpoint's spec (a
+        file path) reads ``checkpoint``."""
         def describe(entry: dict[str, Any] | None, weight: float) -> dict[str, Any] | None:
             if entry is None:
                 return None
             shield = self._loaded[entry["version"]]
-            return {"version": entry["version"], "spec": entry["spec"],
+            spec = entry["spec"]
+            if not show_paths and not spec.startswith(("heuristic:", "python:")):
+                spec = "checkpoint"
+            return {"version": entry["version"], "spec": spec,
                     "policy": shield.policy.name, "interface": shield.policy.interface,
                     "weight": weight, "counters": shield.report()}
 

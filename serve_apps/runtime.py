@@ -8,33 +8,46 @@ A policy spec is one of
   ``name``, ``interface`` and ``act_batch(observations) -> actions`` (or ``act(obs)``),
   the extension point for custom policies.
 
-``observe`` turns a request state into the observation through the env's own path
-(``observe_snapshot``); ``act_batch`` runs the model on many observations at once and
-raises :class:`NonFiniteOutput` when the model's scores are NaN/inf; ``describe`` gives
-the structured form of an action.
+A spec that cannot be loaded (unknown name, non-callable factory, a factory that fails
+or returns no policy, an unreadable checkpoint) raises :class:`PolicySpecError` naming the
+problem. ``observe`` turns a request state into the observation through the env's own
+path (``observe_snapshot``); ``act_batch`` runs the model on many observations at once
+and raises :class:`NonFiniteOutput` when the model's scores are NaN/inf; ``describe``
+gives the structured form of an action; ``smoke_observations`` and ``check_actions`` are
+what a new version must answer correctly before it is served (see ``serve_apps.shield``).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
+from cloudrl.checkpoint_policy import META_FILE, CheckpointPolicy, is_checkpoint
 from cloudrl.heuristics import make_heuristic
 from cloudrl.policy import Interface
 from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.env_config import EnvConfig
 from envs.observation import J, S
 from serve_apps.schemas import ClusterState, Decision, Placement, PowerCommand
-from serve_apps.state import to_snapshot
+from serve_apps.state import StateError, to_snapshot
 
 
 class NonFiniteOutput(RuntimeError):
     """The model produced NaN or inf scores."""
+
+
+def non_finite(action: Any) -> bool:
+    """True when a numeric action holds NaN or inf."""
+    try:
+        arr = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return not np.isfinite(arr).all()
 
 
 class PolicySpecError(ValueError):
@@ -71,12 +84,14 @@ class _SequentialModel:
 
     @property
     def name(self) -> str:
-        return self.policy.name
+        return str(getattr(self.policy, "name", type(self.policy).__name__))
 
     def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
         out = []
+        reset = getattr(self.policy, "reset", None)
         for obs in observations:
-            self.policy.reset()
+            if callable(reset):
+                reset()
             out.append(self.policy.act(obs))
         return out
 
@@ -94,10 +109,32 @@ def _python_model(target: str, env_config: EnvConfig, interface: Interface) -> A
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as e:
         raise PolicySpecError(f"python:{target}: cannot import ({e})") from None
-    model = factory(env_config, interface)
-    if not hasattr(model, "act_batch"):
-        model = _SequentialModel(model)
-    return model
+    if not callable(factory):
+        raise PolicySpecError(f"python:{target} is a {type(factory).__name__}, not callable: "
+                              "give a factory FACTORY(env_config, interface)")
+    try:
+        model = factory(env_config, interface)
+    except Exception as e:  # noqa: BLE001 - any failure of user code is a bad spec
+        raise PolicySpecError(f"python:{target}(env_config, interface) failed: "
+                              f"{type(e).__name__}: {e}") from None
+    if callable(getattr(model, "act_batch", None)):
+        return model
+    if callable(getattr(model, "act", None)):
+        return _SequentialModel(model)
+    raise PolicySpecError(f"python:{target} returned a {type(model).__name__}, which has "
+                          "neither act_batch(observations) nor act(obs)")
+
+
+def _checkpoint_model(spec: str) -> tuple[_CheckpointModel, EnvConfig, Interface]:
+    try:
+        checkpoint = CheckpointPolicy(spec, mode="greedy")
+    except json.JSONDecodeError as e:
+        raise PolicySpecError(f"checkpoint {spec}: {META_FILE} is not valid JSON ({e}); "
+                              "empty or truncated?") from None
+    except Exception as e:  # noqa: BLE001 - a broken checkpoint is a bad spec, not a 500
+        raise PolicySpecError(f"checkpoint {spec}: cannot load ({type(e).__name__}: "
+                              f"{e})") from None
+    return _CheckpointModel(checkpoint), checkpoint.env_config, checkpoint.interface
 
 
 class ServedPolicy:
@@ -111,9 +148,7 @@ class ServedPolicy:
         elif spec.startswith("python:"):
             self.model = _python_model(spec.split(":", 1)[1], env_config, interface)
         elif is_checkpoint(spec):
-            checkpoint = CheckpointPolicy(spec, mode="greedy")
-            self.model = _CheckpointModel(checkpoint)
-            env_config, interface = checkpoint.env_config, checkpoint.interface
+            self.model, env_config, interface = _checkpoint_model(spec)
         elif Path(spec).exists():
             raise PolicySpecError(f"{spec} is not a cloudrl checkpoint (no cloudrl.json)")
         else:
@@ -129,7 +164,29 @@ class ServedPolicy:
 
     @property
     def name(self) -> str:
-        return str(self.model.name)
+        return str(getattr(self.model, "name", self.spec))
+
+    def smoke_observations(self) -> list[dict[str, np.ndarray]]:
+        """A few early-horizon observations of the policy's env (seeds 0-2, a few ticks in)."""
+        out = [self.probe_obs]
+        for seed in (1, 2):
+            obs, _ = self.env.reset(seed=seed)
+            for _ in range(3 * seed):
+                obs, *_ = self.env.step(self.fallback.act_batch([obs])[0])
+            out.append(obs)
+        return out
+
+    def check_actions(self, actions: Any, observations: list[dict[str, np.ndarray]]
+                      ) -> str | None:
+        """Why ``actions`` are not a valid answer to ``observations``, or None."""
+        if not isinstance(actions, (list, tuple)) or len(actions) != len(observations):
+            return f"expected a list of {len(observations)} actions, got {actions!r:.80}"
+        for i, (action, obs) in enumerate(zip(actions, observations, strict=True)):
+            if non_finite(action):
+                return f"non-finite action {action!r:.80} for state {i}"
+            if not self.is_feasible(action, obs):
+                return f"infeasible (masked or out-of-space) action {action!r:.80} for state {i}"
+        return None
 
     def fleet_signature(self) -> tuple[Any, ...]:
         """What a request must match: tier layout, queue capacity, priority levels."""
@@ -138,9 +195,20 @@ class ServedPolicy:
                 sim.queue_capacity, sim.priority_levels)
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
-        """The env's observation of ``state`` (raises StateError naming a bad field)."""
+        """The env's observation of ``state`` (raises StateError naming a bad field).
+
+        A state that passed validation but still gives a non-finite observation is the
+        caller's (422), so it never reaches the model or counts on its breaker."""
         snapshot = to_snapshot(state, self.fleet, self.env_config.sim)
-        return self.env.observe_snapshot(snapshot)
+        try:
+            obs = self.env.observe_snapshot(snapshot)
+        except ValueError as e:
+            raise StateError("body", str(e)) from None
+        for key, value in obs.items():
+            if not np.isfinite(value).all():
+                raise StateError("body", f"the state gives a non-finite observation "
+                                 f"({key}); a value is outside its documented range")
+        return obs
 
     def is_feasible(self, action: Any, obs: dict[str, np.ndarray]) -> bool:
         """True when ``action`` is in the interface's space and allowed by the mask."""
@@ -186,4 +254,4 @@ class ServedPolicy:
         return Decision(raw=raw, placements=placements, power=power, priority_level=raw[-1])
 
 
-__all__ = ["NonFiniteOutput", "PolicySpecError", "ServedPolicy"]
+__all__ = ["NonFiniteOutput", "PolicySpecError", "ServedPolicy", "non_finite"]

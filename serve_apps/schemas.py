@@ -2,20 +2,32 @@
 
 The cluster state is given in the env's own terms, in operator units: per server its
 tier, power state and used CPU cores / memory GiB; per pending job its demand, estimated
-duration, deadline and age in ticks. Unknown fields, wrong types, NaN/inf and negative
-quantities are rejected with the field named (the service answers 422). Checks that need
-the policy's fleet (server count, tiers, capacities) happen in ``serve_apps.state``.
+duration, deadline and age in ticks. Validation is strict: unknown fields, wrong types
+(``"2"`` or ``true`` for a number, ``5.0`` for an integer), NaN/inf, negative quantities and
+physically implausible values (the bounds below, shown in the OpenAPI schema) are
+rejected with the field named (the service answers 422). Checks that need the policy's
+fleet (server count, tiers, capacities) happen in ``serve_apps.state``; the service
+writes them into its own OpenAPI schema too.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from envs.snapshot import MAX_JOBS, MAX_TICKS
+
+MAX_RATE = 10_000.0  # jobs or SLA violations per tick
+MAX_CORES = 1e6  # CPU cores of one server or job
+MAX_GIB = 1e9  # memory GiB of one server or job
+MAX_SERVERS = 4096  # the largest fleet an env config allows
+MAX_ACTION = 2**31 - 1  # raw action components (indices)
+_TICKS = f"(0 to {MAX_TICKS:,})"
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class ServerState(_Strict):
@@ -23,10 +35,13 @@ class ServerState(_Strict):
 
     tier: str = Field(description="tier name of the policy's fleet at this index")
     power_state: Literal["active", "asleep", "waking"] = "active"
-    wake_left: int = Field(default=0, ge=0, description="ticks until a waking server is active")
-    used_cpu_cores: float = Field(default=0.0, ge=0)
-    used_mem_gib: float = Field(default=0.0, ge=0)
-    n_running: int = Field(default=0, ge=0, description="jobs running on the server")
+    wake_left: int = Field(default=0, ge=0, le=MAX_TICKS,
+                           description=f"ticks until a waking server is active {_TICKS}")
+    used_cpu_cores: float = Field(default=0.0, ge=0, le=MAX_CORES,
+                                  description="at most the tier's cores")
+    used_mem_gib: float = Field(default=0.0, ge=0, le=MAX_GIB,
+                                description="at most the tier's memory")
+    n_running: int = Field(default=0, ge=0, le=MAX_JOBS, description="jobs running on the server")
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerState:
@@ -44,25 +59,31 @@ class ServerState(_Strict):
 class PendingJob(_Strict):
     """One pending job; the list order is the service order (index 0 is served first)."""
 
-    cpu_cores: float = Field(gt=0)
-    mem_gib: float = Field(ge=0)
-    duration: int = Field(ge=1, description="estimated run time in ticks")
-    deadline: int = Field(ge=1, description="ticks from now until the SLA deadline")
-    age: int = Field(default=0, ge=0, description="ticks since the job arrived")
+    cpu_cores: float = Field(gt=0, le=MAX_CORES, description="at most the largest server's")
+    mem_gib: float = Field(ge=0, le=MAX_GIB, description="at most the largest server's")
+    duration: int = Field(ge=1, le=MAX_TICKS, description="estimated run time in ticks")
+    deadline: int = Field(ge=1, le=MAX_TICKS, description="ticks from now until the SLA "
+                          "deadline")
+    age: int = Field(default=0, ge=0, le=MAX_TICKS, description="ticks since the job arrived")
 
 
 class ClusterState(_Strict):
     """The cluster as the policy sees it at one tick."""
 
-    tick: int = Field(default=0, ge=0, description="ticks since the start of the horizon")
-    time_of_day_tick: int | None = Field(default=None, ge=0,
+    tick: int = Field(default=0, ge=0, le=MAX_TICKS,
+                      description="ticks since the start of the horizon")
+    time_of_day_tick: int | None = Field(default=None, ge=0, le=MAX_TICKS,
                                          description="tick of the day (default: tick)")
-    servers: list[ServerState] = Field(min_length=1)
-    jobs: list[PendingJob] = Field(default_factory=list)
-    arrival_rate: float = Field(default=0.0, ge=0, description="recent arrivals per tick")
-    violation_rate: float = Field(default=0.0, ge=0,
+    servers: list[ServerState] = Field(min_length=1, max_length=MAX_SERVERS,
+                                       description="exactly the policy's fleet, in order")
+    jobs: list[PendingJob] = Field(default_factory=list, description="at most the policy's "
+                                   "queue capacity")
+    arrival_rate: float = Field(default=0.0, ge=0, le=MAX_RATE,
+                                description="recent arrivals per tick")
+    violation_rate: float = Field(default=0.0, ge=0, le=MAX_RATE,
                                   description="recent SLA violations per tick")
-    priority_level: int = Field(default=0, ge=0, description="current queue-order level")
+    priority_level: int = Field(default=0, ge=0, le=15, description="current queue-order level "
+                                "(below the policy's number of levels)")
 
 
 class DecideRequest(ClusterState):
@@ -74,7 +95,8 @@ class DecideRequest(ClusterState):
 class DecideBatchRequest(_Strict):
     """POST /v1/decide/batch: several states decided in one request."""
 
-    states: list[DecideRequest] = Field(min_length=1)
+    states: list[DecideRequest] = Field(min_length=1, description="at most the service's "
+                                        "max_batch_size")
 
 
 class Placement(BaseModel):
@@ -114,6 +136,11 @@ class DecideBatchResponse(BaseModel):
 class RolloutRequest(_Strict):
     """POST /v1/rollout: start a canary, change its weight, promote or roll it back."""
 
+    model_config = ConfigDict(json_schema_extra={"oneOf": [  # what each action needs
+        {"properties": {"action": {"const": action}}, "required": ["action", *needs]}
+        for action, needs in (("canary", ["policy"]), ("weight", ["weight"]), ("promote", []),
+                              ("rollback", []))]})
+
     action: Literal["canary", "weight", "promote", "rollback"]
     policy: str | None = Field(default=None, description="canary: checkpoint path or "
                                "heuristic:NAME or python:MODULE:FACTORY")
@@ -130,8 +157,9 @@ class RolloutRequest(_Strict):
 
 class TrajectoryStep(_Strict):
     state: ClusterState
-    action: int | list[int]
-    reward: float | None = None
+    action: Annotated[int, Field(ge=0, le=MAX_ACTION)] | list[
+        Annotated[int, Field(ge=0, le=MAX_ACTION)]]
+    reward: float | None = Field(default=None, ge=-1e12, le=1e12)
 
 
 class Trajectory(_Strict):
@@ -140,6 +168,9 @@ class Trajectory(_Strict):
 
 class TrajectoryRef(_Strict):
     """A trajectory given inline, or by the id of one the operator's system stores."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["trajectory_id"]},
+                                                           {"required": ["trajectory"]}]})
 
     trajectory_id: str | None = Field(default=None, min_length=1, max_length=256)
     trajectory: Trajectory | None = None

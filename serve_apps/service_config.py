@@ -45,6 +45,11 @@ class ServiceConfig(BaseModel):
     routing_seed: int = 0
     num_replicas: int = Field(default=1, ge=1)
     num_cpus: float = Field(default=0.5, ge=0, description="CPUs per replica")
+    health_check_period_s: float = Field(default=10.0, gt=0, description="seconds between "
+                                         "Serve's health checks of a replica")
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    smoke_timeout_s: float = Field(default=10.0, gt=0, description="time a new version has to "
+                                   "answer its smoke-test states before it is refused")
 
     def token(self) -> str | None:
         return self.auth_token or os.environ.get(TOKEN_ENV) or None

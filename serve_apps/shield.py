@@ -8,11 +8,16 @@ For a batch of observations of one policy version, :meth:`Shield.decide`
    (``error``), a timeout (``timeout``) or NaN/inf scores (``nan``) sends the whole batch
    to the fallback and counts one failure on the breaker;
 3. checks each model action against its mask; an infeasible one is replaced by the
-   fallback's (``infeasible``).
+   fallback's (``infeasible``), and a batch with any infeasible action counts one failure
+   on the breaker too (a model that only proposes masked actions is a broken model).
 
 The breaker opens after ``failure_threshold`` consecutive failed batches and half-opens
 after ``cooldown_s``: the next batch tries the model, and closes the breaker on success
-or re-opens it on failure. Every fallback is counted per reason.
+or re-opens it on failure. Every fallback is counted per reason. Only model faults count:
+a state the model never saw (refused by validation) cannot reach it.
+
+:meth:`Shield.smoke_test` (before a version is served) and :meth:`Shield.probe` (the
+health check) run the model on known-good states and say what is wrong, if anything.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from serve_apps.runtime import NonFiniteOutput, ServedPolicy
+from serve_apps.runtime import NonFiniteOutput, ServedPolicy, non_finite
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
@@ -94,12 +99,17 @@ class Shield:
             return self._failed(observations, "timeout")
         except Exception:  # noqa: BLE001 - any model failure is answered by the fallback
             return self._failed(observations, "error")
-        if any(_non_finite(a) for a in actions):
+        if any(non_finite(a) for a in actions):
             return self._failed(observations, "nan")
-        self.breaker.record_success()
+        feasible = [self.policy.is_feasible(a, obs)
+                    for a, obs in zip(actions, observations, strict=True)]
+        if all(feasible):
+            self.breaker.record_success()
+        else:
+            self.breaker.record_failure()
         out = []
-        for action, obs in zip(actions, observations, strict=True):
-            if self.policy.is_feasible(action, obs):
+        for action, obs, ok in zip(actions, observations, feasible, strict=True):
+            if ok:
                 self.counters["model"] += 1
                 out.append(Outcome(action, True))
             else:
@@ -117,24 +127,37 @@ class Shield:
         actions = self.policy.fallback.act_batch(observations)
         return [Outcome(a, False, reason) for a in actions]
 
+    def _answer_error(self, observations: list[dict[str, np.ndarray]]) -> str | None:
+        try:
+            actions = self.policy.model.act_batch(observations)
+        except Exception as e:  # noqa: BLE001 - reported as what is wrong with the model
+            return f"{type(e).__name__}: {e}"
+        return self.policy.check_actions(actions, observations)
+
     def health_error(self) -> str | None:
         """Why the model cannot answer a probe observation, or None when it can."""
+        return self._answer_error([self.policy.probe_obs])
+
+    def smoke_test(self, timeout_s: float) -> str | None:
+        """Why the model fails on a few synthetic early-horizon states (an exception,
+        non-finite or infeasible actions, no answer within ``timeout_s``), or None.
+        Blocking; runs on the shield's model thread."""
+        observations = self.policy.smoke_observations()
+        future = self._pool.submit(self._answer_error, observations)
         try:
-            action = self.policy.model.act_batch([self.policy.probe_obs])[0]
-        except Exception as e:  # noqa: BLE001 - reported as the health failure
-            return f"{type(e).__name__}: {e}"
-        if _non_finite(action) or not self.policy.is_feasible(action, self.policy.probe_obs):
-            return f"infeasible or non-finite probe action {action!r}"
-        return None
+            return future.result(timeout=timeout_s)
+        except TimeoutError:
+            return f"no answer within {timeout_s:g} s"
+
+    async def probe(self, timeout_s: float) -> str | None:
+        """:meth:`health_error` on the model thread, with a time limit (for health checks)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, self.health_error),
+                                          timeout=timeout_s)
+        except TimeoutError:
+            return f"no answer to the probe state within {timeout_s:g} s"
 
     def report(self) -> dict[str, Any]:
         return {"breaker": self.breaker.state, "breaker_opened": self.breaker.times_opened,
                 **dict(self.counters)}
-
-
-def _non_finite(action: Any) -> bool:
-    try:
-        arr = np.asarray(action, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return not np.isfinite(arr).all()

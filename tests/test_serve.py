@@ -242,7 +242,8 @@ def test_canary_split_sticky_routing_promote_and_rollback(service):
     assert status == 422 and out["errors"][0]["field"] == "policy"
 
 
-@pytest.mark.parametrize(("fault", "reason"), [("raising", "error"), ("nan", "nan")])
+@pytest.mark.parametrize(("fault", "reason"), [("raising", "error"), ("nan", "nan"),
+                                               ("infeasible", "infeasible")])
 def test_failing_model_is_answered_by_the_fallback_and_opens_the_breaker(service, fault,
                                                                          reason):
     client, _ = service
@@ -286,6 +287,19 @@ def test_checkpoint_policy_is_served(service, tmp_path):
     obs = env.observe_snapshot(to_snapshot(ClusterState.model_validate(body), env.sim.fleet,
                                            env.config.sim))
     assert isinstance(raw, int) and obs["action_mask"][raw] > 0
+    # finite but absurd rates would make the model's scores NaN: refused before the model,
+    # so they can never open the breaker for everyone else
+    for _ in range(4):
+        status, out = client.call("POST", "/v1/decide", {**body, "arrival_rate": 1e308})
+        assert status == 422 and out["errors"][0]["field"] == "arrival_rate", out
+    counters = client.call("GET", "/v1/policy")[1]["canary"]["counters"]
+    assert counters["breaker"] == "closed" and counters.get("fallback_nan", 0) == 0
+    assert client.call("POST", "/v1/decide", body)[1]["answered_by"] == "model"
+    # checkpoint paths are shown to token holders only
+    public = json.dumps(client.call("GET", "/v1/policy")[1])
+    assert str(out_dir) not in public and "ppo:" in public
+    private = client.call("GET", "/v1/policy", token=TOKEN)[1]
+    assert private["canary"]["spec"] == str(out_dir)
     client.call("POST", "/v1/rollout", {"action": "rollback"}, token=TOKEN)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import numpy as np
 import pytest
@@ -74,11 +75,11 @@ def test_faulty_model_is_answered_by_the_fallback_with_feasible_actions(late_obs
     for outcome, obs in zip(outcomes, late, strict=True):
         assert not outcome.by_model and policy.is_feasible(outcome.action, obs)
         assert np.array_equal(outcome.action, policy.fallback.act_batch([obs])[0])
-    if reason != "infeasible":  # a failed batch counts on the breaker; 2 failures open it
-        asyncio.run(shield.decide(late))
-        assert shield.breaker.state == OPEN
-        outcomes = asyncio.run(shield.decide(early))
-        assert {o.reason for o in outcomes} == {"breaker_open"}
+    # a failed batch (infeasible actions included) counts on the breaker; 2 failures open it
+    asyncio.run(shield.decide(late))
+    assert shield.breaker.state == OPEN
+    outcomes = asyncio.run(shield.decide(early))
+    assert {o.reason for o in outcomes} == {"breaker_open"}
     report = shield.report()
     assert report["fallback"] == report["requests"] - report["model"]
 
@@ -115,8 +116,54 @@ def test_health_errors_name_the_broken_version():
     assert len(errors) == 1 and errors[0].startswith("v2 (python:serve_apps.faults:broken)")
 
 
-@pytest.mark.parametrize("spec", ["heuristic:nope", "python:no.such.module:f", "/no/such/dir",
-                                  "something-else"])
-def test_bad_policy_spec_is_a_clear_error(spec):
-    with pytest.raises(PolicySpecError):
+@pytest.mark.parametrize(("spec", "says"), [
+    ("heuristic:nope", "nope"), ("python:no.such.module:f", "cannot import"),
+    ("/no/such/dir", "not a checkpoint"), ("something-else", "heuristic:NAME"),
+    ("python:math:sqrt", "failed: TypeError"), ("python:math:pi", "not callable"),
+    ("python:builtins:slice", "neither act_batch")])
+def test_bad_policy_spec_is_a_clear_error(spec, says):
+    with pytest.raises(PolicySpecError, match=says):
         ServedPolicy(spec, "v1", ENV, "flat")
+
+
+@pytest.mark.parametrize(("fault", "error"), [("broken", "RuntimeError: injected"),
+                                              ("raising", None), ("nan", None)])
+def test_smoke_test_catches_models_that_fail_on_early_states(fault, error):
+    shield = Shield(ServedPolicy(f"python:serve_apps.faults:{fault}", "v2", ENV, "branching"))
+    result = shield.smoke_test(timeout_s=5.0)  # drills that fail late in the horizon pass
+    assert result is None if error is None else result.startswith(error)
+
+
+def _rollout(db, canary_spec: str):
+    import json
+
+    from serve_apps.rollout import SCHEMA, Rollout
+    conn = sqlite3.connect(db)
+    conn.execute(SCHEMA)
+    conn.execute("INSERT INTO rollout (id, state) VALUES (1, ?)", (json.dumps({
+        "configured_policy": "heuristic:power_aware", "next": 3,
+        "stable": {"version": "v1", "spec": "heuristic:power_aware"},
+        "canary": {"version": "v2", "spec": canary_spec}, "weight": 0.5}),))
+    conn.commit()
+    conn.close()
+    return Rollout("heuristic:power_aware", ENV, "branching", db_path=db)
+
+
+def test_persisted_canary_is_loaded_only_if_it_passes_its_smoke_test(tmp_path):
+    good = _rollout(tmp_path / "good.db", "heuristic:ffd")
+    assert good.canary is not None and good.canary.policy.name == "ffd"
+    bad = _rollout(tmp_path / "bad.db", "python:serve_apps.faults:broken")
+    assert bad.canary is None and bad.state["weight"] == 0.0
+    assert _rollout_state(tmp_path / "bad.db")["canary"] is None  # the drop is persisted
+    with pytest.raises(PolicySpecError, match="smoke test"):
+        bad.start_canary("python:serve_apps.faults:broken", 0.5)
+    assert bad.state["next"] == 3 and _rollout_state(tmp_path / "bad.db")["canary"] is None
+
+
+def _rollout_state(db) -> dict:
+    import json
+    conn = sqlite3.connect(db)
+    try:
+        return json.loads(conn.execute("SELECT state FROM rollout").fetchone()[0])
+    finally:
+        conn.close()
