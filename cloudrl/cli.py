@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudrl import serve_cli, trace_import
+from cloudrl.alignment import cli as align_cli
 from cloudrl.config import ConfigError, load_config
 from cloudrl.training import ALGOS
 from envs.workloads import WORKLOAD_KINDS
@@ -292,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=_cmd_compare)
 
     trace_import.register(sub)
+    align_cli.register(sub)
     serve_cli.register(sub)
     return parser
 

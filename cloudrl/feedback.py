@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS feedback (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -126,3 +128,159 @@ def export_jsonl(db: str | Path, out: str | Path) -> int:
             n += 1
     store.close()
     return n
+
+
+# ----------------------------------------------------------------------------- pair datasets
+# Operator pairs into the preference-pair dataset (cloudrl.alignment.preferences), the schema
+# teacher pairs use. Each inline trajectory step's ClusterState is loaded into the policy
+# env's own simulator (the decision service's path: serve_apps.state.to_snapshot, then
+# env.observe_snapshot), so its observation is exactly what the env and the service build.
+# Segment-length policy: a trajectory of L steps becomes T = segment_length steps; L > T
+# keeps the first T steps (cut="head") or the last T (cut="tail"); L < T repeats the last
+# step (state and action) until T ("pad": edge padding), unless L < min_steps, when the pair
+# is skipped. Pairs whose side is given only by trajectory_id are skipped and counted, as
+# are pairs whose states or actions do not fit the env (other fleet, other interface).
+# Statistics: overload and slowdown spread come from the observations and actions (as the
+# teacher computes them); SLA violations and energy are unknown to an operator trajectory,
+# so they are NaN.
+
+
+class OperatorExport:
+    """What :func:`export_pairs` wrote and skipped (counts by reason, the first message)."""
+
+    def __init__(self) -> None:
+        self.paths: list[Path] = []
+        self.written = 0
+        self.skipped: dict[str, int] = {}
+        self.first_skip: dict[str, str] = {}
+        self.labels: dict[float, int] = {}
+
+    def skip(self, reason: str, message: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.first_skip.setdefault(reason, message)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pairs": self.written, "skipped": dict(self.skipped),
+                "labels": {str(k): v for k, v in sorted(self.labels.items())},
+                "files": [str(p) for p in self.paths],
+                "first_skip": dict(self.first_skip)}
+
+
+LABEL_OF_PREFERRED = {"a": 1.0, "b": 0.0, "equal": 0.5}
+
+
+class _Mismatch(ValueError):
+    """A state or action that does not fit the env."""
+
+
+class _TooShort(ValueError):
+    """A trajectory with fewer than min_steps steps."""
+
+
+def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut: str,
+                        min_steps: int, policy: str, teacher_cfg: Any):
+    """A pair side from an inline trajectory; _Mismatch or a ("too_short", msg) signal."""
+    from pydantic import ValidationError
+
+    from cloudrl.alignment.preferences import Segment
+    from cloudrl.alignment.teacher import overload_count, placement_slowdowns, spread
+    from serve_apps.schemas import Trajectory
+    from serve_apps.state import StateError, to_snapshot
+
+    try:
+        steps = Trajectory.model_validate(traj).steps
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise _Mismatch(f"trajectory.{loc}: {err['msg']}") from None
+    if len(steps) < min_steps:
+        raise _TooShort(f"{len(steps)} steps < min_steps {min_steps}")
+    start = 0
+    if len(steps) > segment_length:
+        start = 0 if cut == "head" else len(steps) - segment_length
+        steps = steps[start:start + segment_length]
+    fleet, sim_cfg = env.sim.fleet, env.config.sim
+    obs_list, actions = [], []
+    for i, step in enumerate(steps):
+        try:
+            obs = env.observe_snapshot(to_snapshot(step.state, fleet, sim_cfg))
+        except (StateError, ValueError) as e:
+            raise _Mismatch(f"steps[{start + i}].state.{e}") from None
+        action = np.atleast_1d(np.asarray(step.action, dtype=np.int64))
+        if not env.action_space.contains(action[0] if action.size == 1 and
+                                         env.action_space.shape == () else action):
+            raise _Mismatch(f"steps[{start + i}].action: {step.action} is not in the env's "
+                            f"{env.action_space}")
+        obs_list.append({k: np.array(v) for k, v in obs.items()})
+        actions.append(action)
+    while len(obs_list) < segment_length:  # edge padding
+        obs_list.append(obs_list[-1])
+        actions.append(actions[-1])
+    stacked = {k: np.stack([o[k] for o in obs_list]) for k in obs_list[0]}
+    acts = np.stack(actions)
+    n = stacked["servers"].shape[1]
+    slowdowns = placement_slowdowns(stacked["jobs"], stacked["action_mask"], acts, n)
+    stats = {"overload": float(overload_count(stacked["servers"],
+                                              teacher_cfg.overload_threshold)),
+             "slowdown_spread": spread(slowdowns, teacher_cfg.fairness)}
+    return Segment(macro=stacked["macro"], servers=stacked["servers"], jobs=stacked["jobs"],
+                   actions=acts, episode_seed=-1, start=start, policy=policy, stats=stats)
+
+
+def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
+                 interface: str = "flat", segment_length: int = 25, cut: str = "head",
+                 min_steps: int = 1, teacher_config: Any = None,
+                 rows_per_file: int = 256) -> OperatorExport:
+    """Write the store's pairs with inline trajectories as a pair dataset in ``out_dir``.
+
+    ``env_config`` and ``interface`` are the env the operators' states belong to (the
+    serving policy's fleet). Labels: ``"a"`` -> 1.0, ``"b"`` -> 0.0, ``"equal"`` -> 0.5.
+    """
+    from cloudrl.alignment.preferences import pair_row, write_pairs
+    from cloudrl.alignment.recording import make_env
+    from cloudrl.alignment.teacher import TeacherConfig
+
+    if not Path(db).is_file():
+        raise FileNotFoundError(f"feedback database {db} does not exist")
+    if segment_length < 1:
+        raise ValueError(f"segment_length must be >= 1, got {segment_length}")
+    if cut not in ("head", "tail"):
+        raise ValueError(f"cut must be 'head' or 'tail', got {cut!r}")
+    teacher_cfg = teacher_config or TeacherConfig()
+    env = make_env(env_config, interface)  # type: ignore[arg-type]
+    result = OperatorExport()
+    store = FeedbackStore(db)
+    rows: list[dict[str, Any]] = []
+    try:
+        for pair in store.pairs():
+            where = f"pair {pair['id']}"
+            if any("trajectory" not in pair[s] for s in ("a", "b")):
+                result.skip("trajectory_id", f"{where}: a side is given only by "
+                            "trajectory_id")
+                continue
+            sides = []
+            try:
+                for s in ("a", "b"):
+                    sides.append(_trajectory_segment(
+                        pair[s]["trajectory"], env, segment_length, cut, min_steps,
+                        pair.get("policy_version") or "", teacher_cfg))
+            except _TooShort as e:
+                result.skip("too_short", f"{where}: {s}: {e}")
+                continue
+            except _Mismatch as e:
+                result.skip("mismatch", f"{where}: {s}.{e}")
+                continue
+            label = LABEL_OF_PREFERRED[pair["preferred"]]
+            a_json, b_json, preferred = canonical_pair(pair["a"], pair["b"], pair["preferred"])
+            key = hashlib.sha256(f"{preferred}\n{a_json}\n{b_json}".encode()).hexdigest()
+            rows.append(pair_row(f"operator:{key[:24]}", "operator", label, *sides))
+            result.labels[label] = result.labels.get(label, 0) + 1
+            result.written += 1
+            if len(rows) >= rows_per_file:
+                result.paths += write_pairs(rows, out_dir, prefix="operator")
+                rows = []
+        if rows:
+            result.paths += write_pairs(rows, out_dir, prefix="operator")
+    finally:
+        store.close()
+    return result

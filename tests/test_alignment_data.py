@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -398,3 +399,169 @@ def test_rllib_offline_reader_reads_recorded_episodes(demos, ray_session):
                 int(ep.get_actions(t)))
     for servers, action in zip(obs_servers, actions, strict=True):
         assert int(action) in recorded[servers.astype(np.float32).tobytes()]
+
+
+# ----------------------------------------------------------------------------- operator pairs
+
+
+def _trajectory(env_config, seed: int, steps: int, policy_name: str = "power_aware"):
+    """An inline trajectory body (states as the service receives them) and the env's obs."""
+    from cloudrl.heuristics import make_heuristic
+    from serve_apps.state import state_of
+
+    env, policy = make_env(env_config, "flat"), make_heuristic(policy_name)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    body, observations, actions = [], [], []
+    for _ in range(steps):
+        action = int(policy.act(obs))
+        body.append({"state": state_of(env.sim), "action": action})
+        observations.append(obs)
+        actions.append(action)
+        obs, *_ = env.step(action)
+    return {"steps": body}, observations, actions
+
+
+def _post_equivalent(db, body: dict) -> None:
+    """What POST /v1/feedback does with a body: validate, dump, store (serve_apps.app)."""
+    from cloudrl.feedback import FeedbackStore
+    from serve_apps.schemas import FeedbackRequest
+
+    request = FeedbackRequest.model_validate(body)
+    store = FeedbackStore(db)
+    store.add_pairs([p.model_dump(mode="json", exclude_none=True) for p in request.pairs],
+                    policy_version="v1")
+    store.close()
+
+
+def test_feedback_store_pairs_round_trip_into_the_pair_dataset(tmp_path, capsys):
+    from cloudrl.cli import main
+    from cloudrl.feedback import export_pairs
+
+    seg_t = 6
+    traj_a, obs_a, act_a = _trajectory(SMALL_ENV, 0, 8)            # longer: first 6 kept
+    traj_b, obs_b, act_b = _trajectory(SMALL_ENV, 1, 4, "ffd")      # shorter: padded
+    traj_c, obs_c, _ = _trajectory(SMALL_ENV, 2, 6, "round_robin")
+    other_fleet, _, _ = _trajectory({"n_servers": 7}, 3, 3)
+    db = tmp_path / "state.db"
+    _post_equivalent(db, {"pairs": [
+        {"a": {"trajectory": traj_a}, "b": {"trajectory": traj_b}, "preferred": "a"},
+        {"a": {"trajectory": traj_b}, "b": {"trajectory": traj_c}, "preferred": "equal"},
+        {"a": {"trajectory_id": "episode-9"}, "b": {"trajectory": traj_a}, "preferred": "a"},
+        {"a": {"trajectory": traj_c}, "b": {"trajectory": traj_a}, "preferred": "b"},
+        {"a": {"trajectory": other_fleet}, "b": {"trajectory": traj_a}, "preferred": "a"},
+    ]})
+    result = export_pairs(db, tmp_path / "pairs", env_config=SMALL_ENV, segment_length=seg_t)
+    assert result.written == 3
+    assert result.skipped == {"trajectory_id": 1, "mismatch": 1}
+    assert "servers: 7 servers given" in result.first_skip["mismatch"]
+    data = read_pairs(tmp_path / "pairs")
+    assert data.shape["segment_length"] == seg_t and data.shape["n_servers"] == 5
+    assert set(data.meta["source"]) == {"operator"}
+
+    def row_of(obs_list) -> list[int]:
+        first = obs_list[0]["macro"]
+        return [i for i in range(len(data)) if np.allclose(data.obs["a"]["macro"][i, 0], first,
+                                                           atol=1e-6)]
+
+    # "a" preferred -> 1.0, with A's first 6 steps on side a, B edge-padded on side b
+    (i,) = [i for i in row_of(obs_a) if np.allclose(data.obs["b"]["macro"][i, 0],
+                                                    obs_b[0]["macro"], atol=1e-6)]
+    assert data.label[i] == 1.0
+    for t in range(seg_t):
+        np.testing.assert_allclose(data.obs["a"]["servers"][i, t], obs_a[t]["servers"],
+                                   atol=1e-5)
+        np.testing.assert_allclose(data.obs["b"]["jobs"][i, t], obs_b[min(t, 3)]["jobs"],
+                                   atol=1e-5)
+    assert data.obs["a"]["actions"][i, :, 0].tolist() == act_a[:seg_t]
+    assert data.obs["b"]["actions"][i, :, 0].tolist() == act_b + [act_b[-1]] * 2
+    assert np.isnan(data.meta["a_sla_violations"][i]) and np.isnan(data.meta["a_energy_kwh"][i])
+    assert data.meta["a_overload"][i] >= 0 and data.meta["a_policy"][i] == "v1"
+    # "b" preferred (C vs A) is stored as A preferred to C -> 1.0 with A on side a
+    (j,) = [j for j in row_of(obs_a) if j != i]
+    np.testing.assert_allclose(data.obs["b"]["macro"][j, 0], obs_c[0]["macro"], atol=1e-6)
+    assert data.label[j] == 1.0
+    # "equal" -> 0.5
+    (k,) = [k for k in range(len(data)) if k not in (i, j)]
+    assert data.label[k] == 0.5
+    # the CLI does the same, and counts what it skipped
+    assert main(["align", "operator-pairs", "--db", str(db), "--out", str(tmp_path / "cli"),
+                 "--n-servers", "5", "--episode-length", "50", "--segment-length", "6"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["pairs"] == 3 and printed["skipped"] == {"trajectory_id": 1, "mismatch": 1}
+    assert printed["labels"] == {"0.5": 1, "1.0": 2}
+    # exporting twice gives the same pair ids (content-addressed)
+    assert sorted(read_pairs(tmp_path / "cli").meta["pair_id"]) == sorted(data.meta["pair_id"])
+
+
+# ----------------------------------------------------------------------------- CLI end to end
+
+
+def test_cli_record_then_pairs_end_to_end(tmp_path, capsys):
+    from cloudrl.cli import main
+
+    demos, pairs = tmp_path / "demos", tmp_path / "pairs"
+    assert main(["align", "record", "--policy", "power_aware", "--policy", "round_robin",
+                 "--episodes", "2", "--n-servers", "5", "--episode-length", "50",
+                 "--out", str(demos)]) == 0
+    recorded = json.loads(capsys.readouterr().out)["recorded"]
+    assert [(r["policy"], r["episodes"], r["env_steps"]) for r in recorded] == [
+        ("power_aware", 2, 100), ("round_robin", 2, 100)]
+    assert main(["align", "pairs", "--episodes", str(demos), "--n-pairs", "60",
+                 "--segment-length", "10", "--seed", "3", "--out", str(pairs)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["pairs"] == 60 and sum(summary["labels"].values()) == 60
+    data = read_pairs(pairs)
+    assert len(data) == 60 and data.shape["segment_length"] == 10
+    assert data.obs["a"]["servers"].shape == (60, 10, 5, len(SERVER_COLS) + 3)
+    # labels are the teacher's on the stored statistics (no noise by default)
+    teacher = Teacher(TeacherConfig())
+    stats = [{k: data.meta[f"{s}_{k}"] for k in ("sla_violations", "overload",
+                                                   "slowdown_spread", "energy_kwh")}
+             for s in ("a", "b")]
+    expected = [teacher.compare({k: v[i] for k, v in stats[0].items()},
+                                {k: v[i] for k, v in stats[1].items()})[0]
+                for i in range(60)]
+    np.testing.assert_array_equal(data.label, expected)
+    assert set(data.meta["a_policy"]) <= {"power_aware", "round_robin"}
+    assert set(data.meta["a_episode_seed"]) <= {0, 1}
+    # the stored statistics are the segments' own: recompute one from the episodes
+    from cloudrl.alignment.teacher import load_episode_data
+
+    eps = {(e.policy, e.episode_seed): e for e in load_episode_data(demos)}
+    ep = eps[(data.meta["b_policy"][0], int(data.meta["b_episode_seed"][0]))]
+    start = int(data.meta["b_start"][0])
+    np.testing.assert_array_equal(data.obs["b"]["macro"][0], ep.macro[start:start + 10])
+    assert segment_stats(ep, start, 10, TeacherConfig())["energy_kwh"] == pytest.approx(
+        data.meta["b_energy_kwh"][0])
+    # same seed, same dataset
+    assert main(["align", "pairs", "--episodes", str(demos), "--n-pairs", "60",
+                 "--segment-length", "10", "--seed", "3", "--out", str(tmp_path / "again")]) == 0
+    np.testing.assert_array_equal(read_pairs(tmp_path / "again").label, data.label)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["align", "record", "--policy", "nosuch", "--out", "{tmp}/d"],
+     "record.policies: nosuch: policy 'nosuch' is neither a heuristic"),
+    (["align", "pairs", "--episodes", "{tmp}/missing", "--out", "{tmp}/p"],
+     "no such file or directory"),
+    (["align", "pairs", "--episodes", "{demos}", "--segment-length", "51", "--out", "{tmp}/p"],
+     "segment_length 51 is longer than every episode"),
+    (["align", "pairs", "--config", "{tmp}/bad.yaml", "--episodes", "{demos}"],
+     "teacher.label_noise"),
+    (["align", "operator-pairs", "--db", "{tmp}/none.db", "--out", "{tmp}/o"],
+     "does not exist"),
+    (["align", "record", "--episodes", "0"], "0 is not >= 1"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, demos, capsys, argv, message):
+    from cloudrl.cli import main
+
+    (tmp_path / "bad.yaml").write_text("teacher:\n  label_noise: 0.9\n")
+    args = [a.format(tmp=tmp_path, demos=demos[0]) for a in argv]
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own usage errors
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "\n" not in err and message in err, err
