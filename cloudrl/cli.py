@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from cloudrl import serve_cli, trace_import
-from cloudrl.alignment import cli as align_cli
 from cloudrl.config import ConfigError, load_config
 from cloudrl.training import ALGOS
 from envs.workloads import WORKLOAD_KINDS
+from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
 
 def _env_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -24,10 +24,44 @@ def _env_overrides(args: argparse.Namespace) -> dict[str, Any]:
             if not args.trace:
                 raise ConfigError(
                     "--workload trace needs --trace FILE (from `cloudrl trace import`)")
+            _check_trace(args.trace, "--trace")
             env["workload"]["path"] = args.trace
     if args.episode_length is not None:
         env["sim"] = {"episode_length": args.episode_length}
     return env
+
+
+def _check_trace(path: str, what: str) -> None:
+    """A clear error now for a trace file that the envs could not replay later."""
+    from envs.workloads.trace_replay import check_trace_file
+
+    try:
+        check_trace_file(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: {e}") from None
+
+
+def _eval_out(cfg: Any, checkpoints: list[str], policies: list[str] | None) -> Path:
+    """``results/eval_<run>_<workload>_n<N>_<interface>_<split><seeds>``, named by what ran:
+    the checkpoints' dir names and the heuristics asked for (else ``heuristics``)."""
+    names = [Path(c).resolve().name for c in checkpoints]
+    names += [p for p in policies or [] if p != "all"]
+    run = "+".join(names) or "heuristics"
+    return Path(f"results/eval_{run}_{cfg.env.workload.kind}_n{cfg.env.sim.fleet.n_servers}"
+                f"_{cfg.interface}_{cfg.split}{cfg.n_seeds}")
+
+
+def _int_in(low: int, high: int | None = None) -> Any:
+    """An argparse type: an int in [low, high] (argparse names the option on error)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"{value} is not {bounds}")
+        return value
+
+    parse.__name__ = "int"  # argparse's "invalid int value: 'x'"
+    return parse
 
 
 def _add_env_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +88,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         # A checkpoint brings the env it was trained on; flags still override it.
         from cloudrl.checkpoint_policy import read_meta
 
-        meta = read_meta(checkpoints[0])
+        try:
+            meta = read_meta(checkpoints[0])
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--checkpoint: {e}") from None
         overrides["env"] = {**meta["env"], **overrides["env"]}
         overrides.setdefault("interface", meta["interface"])
     for key in ("interface", "split", "n_seeds", "workers"):
@@ -63,6 +100,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.policy or checkpoints:
         overrides["policies"] = checkpoints + (args.policy or ["all"])
     cfg = load_config(EvalConfig, args.config, overrides)
+    if cfg.env.workload.kind == "trace":
+        _check_trace(cfg.env.workload.path, "env.workload.path")
     results = evaluate(cfg, progress=not args.quiet)
     rows = summary_rows(results)
     wl = cfg.env.workload.kind
@@ -70,7 +109,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"\n{cfg.split} seeds: {cfg.n_seeds}, workload {wl}, N={n}, "
           f"interface {cfg.interface}, {cfg.env.sim.episode_length} ticks/episode")
     print(format_table(rows))
-    out = Path(args.out or f"results/eval_{wl}_n{n}_{cfg.interface}")
+    out = Path(args.out) if args.out else _eval_out(cfg, checkpoints, args.policy)
     for path in write_results(results, rows, out, cfg):
         print(f"wrote {path}")
     return 0
@@ -120,12 +159,33 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def whole_episodes(env_steps: int, episode_length: int, parallel_envs: int) -> int:
+    """``env_steps`` rounded up so that every vectorized env ends its last episode.
+
+    RLlib reports an episode's return when the episode ends; a budget that stops the
+    ``parallel_envs`` envs mid-episode leaves the end of the learning curve unlogged
+    (30k steps with 8 envs of 1,000-tick episodes: the last point at 24k).
+    """
+    chunk = episode_length * parallel_envs
+    return -(-env_steps // chunk) * chunk
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The README's main job: train a small masked PPO on the train seeds, evaluate it and
     the four heuristics on the held-out test seeds, log all of it to MLflow, print the table."""
+    from cloudrl.training import TrainConfig
+    from envs.config import SimConfig
+
+    envs = TrainConfig.model_fields["envs_per_runner"].default
+    ticks = SimConfig.model_fields["episode_length"].default
+    env_steps = whole_episodes(args.env_steps, ticks, envs)
+    if env_steps != args.env_steps:
+        print(f"demo: --env-steps {args.env_steps} rounded up to {env_steps}: whole {ticks}-tick "
+              f"episodes on each of the {envs} vectorized envs, so the learning curve reaches "
+              f"the end of training", flush=True)
     overrides: dict[str, Any] = {
         "algos": ["ppo"], "workloads": [args.workload], "run_seeds": [0],
-        "n_servers": args.n_servers, "env_steps": args.env_steps, "eval_seeds": args.n_seeds,
+        "n_servers": args.n_servers, "env_steps": env_steps, "eval_seeds": args.n_seeds,
         "experiment": args.experiment, "max_concurrent_trials": 1,
         "hparams": {"ppo": {"train_batch_size_per_learner": 2000, "minibatch_size": 250,
                             "num_epochs": 4}},
@@ -140,7 +200,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                             name=None, _overrides=overrides)
     code = _cmd_sweep(ns)
     compare = argparse.Namespace(experiment=args.experiment, tracking_uri=args.tracking_uri,
-                                 out="results/compare", sweep_id=None, no_log=False)
+                                 out=None, sweep_id=None, no_log=False)
     return code or _cmd_compare(compare)
 
 
@@ -192,7 +252,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from cloudrl.compare import LEARNED_NOTE, run_compare
 
-    out = run_compare(args.experiment, args.tracking_uri, args.out, args.sweep_id,
+    out_dir = args.out or str(Path("results") / "compare" / args.experiment)
+    out = run_compare(args.experiment, args.tracking_uri, out_dir, args.sweep_id,
                       log_to_mlflow=not args.no_log)
     for group, text in out["text"].items():
         print(f"\n{out['titles'][group]}  (sweep {', '.join(out['sweeps'])})")
@@ -205,8 +266,37 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default unless it is unset or its help already states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+                and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit code 2) and defaults in --help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("help") is None and kwargs.get("default") not in (None, False):
+            kwargs["help"] = "(default: %(default)s)"  # argparse shows nothing for no help
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cloudrl", description=__doc__)
+    parser = _Parser(prog="cloudrl", description="Evaluate, train, sweep and compare "
+                     "policies, import traces, serve decisions. Algorithms (train --algo, "
+                     f"sweep --algos): {', '.join(ALGOS)}.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("evaluate", help="evaluate policies on the held-out test seeds")
@@ -219,18 +309,28 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=("test", "train"), help="seed pool (default test)")
     ev.add_argument("--n-seeds", type=int, help="seeds to run (default 50)")
     ev.add_argument("--workers", type=int, help="worker processes (default 2)")
-    ev.add_argument("--out", help="output path stem for .csv and .json")
+    ev.add_argument("--out", help="output path stem for .csv and .json (default: results/"
+                    "eval_<checkpoint names or heuristics>_<workload>_n<N>_<interface>_"
+                    "<split><n seeds>)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_evaluate)
 
     demo = sub.add_parser("demo", help="main job: train a small masked PPO, compare it with "
                           "the heuristics on the test seeds, log to MLflow")
-    demo.add_argument("--workload", choices=WORKLOAD_KINDS[:2], default="poisson")
-    demo.add_argument("--n-servers", type=int, default=15)
-    demo.add_argument("--env-steps", type=int, default=30_000)
-    demo.add_argument("--n-seeds", type=int, default=50, help="test seeds")
-    demo.add_argument("--experiment", default="cloudrl-demo")
-    demo.add_argument("--tracking-uri", help="MLflow URI (default sqlite:///$PWD/mlflow.db)")
+    demo.add_argument("--workload", choices=WORKLOAD_KINDS[:2], default="poisson",
+                      help="synthetic workload to train and evaluate on")
+    demo.add_argument("--n-servers", type=_int_in(1, 4096), default=15, help="fleet size N")
+    demo.add_argument("--env-steps", type=_int_in(1), default=32_000,
+                      help="training budget in env steps, rounded up to whole 1,000-tick "
+                           "episodes on each of the 8 vectorized envs (a multiple of 8,000)")
+    demo.add_argument("--n-seeds", type=_int_in(1, 50), default=50,
+                      help="held-out test seeds to evaluate on")
+    demo.add_argument("--experiment", default="cloudrl-demo",
+                      help="MLflow experiment; tables and plots go to "
+                           "results/compare/<experiment>/")
+    demo.add_argument("--tracking-uri",
+                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                           "sqlite:///$PWD/mlflow.db)")
     demo.set_defaults(func=_cmd_demo)
 
     tr = sub.add_parser("train", help="train a masked PPO, DQN, APPO, IMPALA (flat) or BDQ "
@@ -288,22 +388,32 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, "
                                             "else sqlite:///$PWD/mlflow.db)")
     cmp.add_argument("--sweep-id", help="which sweep (default: the latest; 'all': every run)")
-    cmp.add_argument("--out", default="results/compare", help="output directory")
+    cmp.add_argument("--out", help="output directory (default: results/compare/<experiment>)")
     cmp.add_argument("--no-log", action="store_true", help="do not log a 'compare' MLflow run")
     cmp.set_defaults(func=_cmd_compare)
 
     trace_import.register(sub)
-    align_cli.register(sub)
     serve_cli.register(sub)
     return parser
+
+
+# What a user got wrong (a bad value, a missing or malformed file): one line, exit code 2.
+USER_ERRORS = (ConfigError, FileNotFoundError, TraceFileError, TraceFormatError)
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (drops pydantic's "further information" links)."""
+    lines = [line.strip() for line in str(err).splitlines()
+             if line.strip() and "errors.pydantic.dev" not in line]
+    return " ".join(lines) or type(err).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"cloudrl: {e}", file=sys.stderr)
+    except USER_ERRORS as e:
+        print(f"cloudrl: {_one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -13,7 +13,8 @@ violation rate, error bars = 95% CI, one panel per workload) and
 steps, one line per learned run) under ``out``, and logs them as artifacts of
 a new MLflow run named ``compare``.
 
-CLI: ``cloudrl compare --experiment cloudrl-sweep --out results/compare``.
+CLI: ``cloudrl compare --experiment cloudrl-sweep`` (files under
+``results/compare/<experiment>/`` unless ``--out`` says otherwise).
 """
 
 from __future__ import annotations
@@ -41,9 +42,16 @@ def load_runs(experiment: str, tracking_uri: str | None = None,
     import mlflow
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
+    db = tracking.sqlite_path(uri)
+    if db is not None and not db.is_file():  # do not leave an empty database behind
+        raise ConfigError(f"no MLflow database at {db}: run `cloudrl sweep` or `cloudrl demo` "
+                          f"first, or pass --tracking-uri")
     mlflow.set_tracking_uri(uri)
-    if tracking.make_client(uri).get_experiment_by_name(experiment) is None:
-        raise ConfigError(f"no MLflow experiment {experiment!r} at {uri}")
+    client = tracking.make_client(uri)
+    if client.get_experiment_by_name(experiment) is None:
+        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise ConfigError(f"no MLflow experiment {experiment!r} at {uri}; experiments there: "
+                          f"{', '.join(names) or 'none'} (choose one with --experiment)")
     df = mlflow.search_runs(experiment_names=[experiment],
                             filter_string="attributes.status = 'FINISHED'")
     if df.empty or "tags.kind" not in df or "metrics.test/sla_violation_rate_mean" not in df:

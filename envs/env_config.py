@@ -1,8 +1,9 @@
 """EnvConfig: simulator + workload + seed pool, as one validated object.
 
 Accepts the nested form (``{"sim": {...}, "workload": {"kind": "poisson", ...}}``)
-and two shortcuts users type most: ``n_servers`` and ``workload`` given as a
-kind name. RLlib hands envs an ``EnvContext`` (a dict); it goes through here.
+and the shortcuts users type most: ``n_servers``, ``workload`` given as a kind
+name, and workload fields without a kind (those of the default, ``poisson``).
+RLlib hands envs an ``EnvContext`` (a dict); it goes through here.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class EnvConfig(StrictConfig):
             data["sim"] = sim
         if isinstance(data.get("workload"), str):
             data["workload"] = {"kind": data["workload"]}
+        elif isinstance(data.get("workload"), Mapping) and "kind" not in data["workload"]:
+            # the default workload's fields without its kind (CLOUDRL__ENV__WORKLOAD__RATE=2)
+            data["workload"] = {"kind": "poisson", **data["workload"]}
         return data
 
     @classmethod

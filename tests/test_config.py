@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from envs.config import FleetConfig, SimConfig, TierConfig, default_tiers
@@ -206,3 +210,112 @@ def test_fleet_layout_depends_only_on_the_fleet_config(fleet_seed):
     for seed in (0, 1, 1_000_000):
         sim.reset(seed)
         np.testing.assert_array_equal(sim.fleet.tier, a.tier)
+
+
+# --------------------------------------------------------------------- finite floats
+def _float_fields(model) -> list[str]:
+    """Fields typed ``float`` or ``float | None``."""
+    import typing
+
+    out = []
+    for name, field in model.model_fields.items():
+        args = typing.get_args(field.annotation)
+        if field.annotation is float or (float in args and set(args) <= {float, type(None)}):
+            out.append(name)
+    return out
+
+
+def _config_models() -> dict:
+    from cloudrl.evaluate import EvalConfig
+    from cloudrl.sweep import SweepConfig
+    from cloudrl.training import TrainConfig
+    from serve_apps.service_config import ServiceConfig
+
+    required = {TierConfig: {"name": "t", "cpu_cores": 8, "mem_gib": 8, "p_idle_w": 10,
+                             "p_max_w": 20},
+                TraceReplayConfig: {"path": "x.npz"}}
+    models = [TierConfig, FleetConfig, SimConfig, DeadlineConfig, PoissonConfig,
+              GoogleV2LikeConfig, TraceReplayConfig, EnvConfig, EvalConfig, TrainConfig,
+              SweepConfig, ServiceConfig]
+    return {(model, name): required.get(model, {}) for model in models
+            for name in _float_fields(model)}
+
+
+FLOAT_FIELDS = _config_models()
+
+
+def test_float_fields_are_found_in_every_model():
+    names = {(m.__name__, f) for m, f in FLOAT_FIELDS}
+    assert {("TierConfig", "p_max_w"), ("TierConfig", "cpu_cores"), ("SimConfig", "alpha"),
+            ("PoissonConfig", "rate"), ("GoogleV2LikeConfig", "load"),
+            ("TraceReplayConfig", "time_scale"), ("TrainConfig", "reward_scale"),
+            ("SweepConfig", "cpus_per_trial"), ("ServiceConfig", "num_cpus")} <= names
+    assert len(names) >= 40
+
+
+@given(case=st.sampled_from(sorted(FLOAT_FIELDS, key=lambda k: (k[0].__name__, k[1]))),
+       value=st.sampled_from([math.inf, -math.inf, math.nan]))
+@settings(max_examples=150, deadline=None)
+def test_every_float_field_rejects_inf_and_nan_naming_it(case, value):
+    model, name = case
+    with pytest.raises(ValidationError) as info:
+        model(**{**FLOAT_FIELDS[case], name: value})
+    assert (name,) in [e["loc"] for e in info.value.errors()]
+
+
+@pytest.mark.parametrize(("env", "loc"), [
+    ({"sim": {"fleet": {"tiers": [{"name": "t", "cpu_cores": 8, "mem_gib": 8, "p_idle_w": 1,
+                                   "p_max_w": math.inf}]}}},
+     ("sim", "fleet", "tiers", 0, "p_max_w")),
+    ({"sim": {"fleet": {"tiers": [{"name": "t", "cpu_cores": math.inf, "mem_gib": 8,
+                                   "p_idle_w": 1, "p_max_w": 2}]}}},
+     ("sim", "fleet", "tiers", 0, "cpu_cores")),
+    ({"sim": {"alpha": math.inf}}, ("sim", "alpha")),
+    ({"workload": {"kind": "poisson", "rate": math.inf}}, ("workload", "poisson", "rate")),
+    ({"workload": {"kind": "google_v2_like", "burst_factor": math.nan}},
+     ("workload", "google_v2_like", "burst_factor")),
+])
+def test_issue_inputs_are_rejected_before_they_reach_the_sim(env, loc):
+    assert error_of(env)[1] == [loc]
+
+
+def test_free_form_dicts_must_be_finite_too():
+    from cloudrl.config import ConfigError, load_config
+    from cloudrl.sweep import SweepConfig
+    from cloudrl.training import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^invalid config \(command line\): hparams\.lr: "
+                                          r"Input should be a finite number \(got inf\)$"):
+        load_config(TrainConfig, None, {"hparams": {"lr": math.inf}}, environ={})
+    with pytest.raises(ConfigError, match=r"env CLOUDRL__HPARAMS__PPO__GAMMA\): "
+                                          r"hparams\.ppo\.gamma: .*nan"):
+        load_config(SweepConfig, None, None, environ={"CLOUDRL__HPARAMS__PPO__GAMMA": ".nan"})
+
+
+# ------------------------------------------------------------- where a bad value came from
+def test_config_errors_are_one_line_naming_the_source(tmp_path):
+    from cloudrl.config import ConfigError, load_config
+    from cloudrl.evaluate import EvalConfig
+
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, None, None, environ={"CLOUDRL__ENV__SIM__ALPHA": "abc"})
+    assert str(info.value).startswith(
+        "invalid config (env CLOUDRL__ENV__SIM__ALPHA): env.sim.alpha: Input should be a "
+        "valid number")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  sim:\n    alpah: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, bad, {"n_seeds": 0}, environ={"CLOUDRL__WORKERS": "-1"})
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"env.sim.alpah: Extra inputs are not permitted (got 1) [{bad}]" in message
+    assert "n_seeds: Input should be greater than or equal to 1 (got 0) [command line]" in message
+    assert "workers: Input should be greater than or equal to 1 (got -1) [env CLOUDRL__WORKERS]" \
+        in message
+
+
+def test_workload_fields_without_a_kind_are_the_default_workloads():
+    cfg = EnvConfig.coerce({"workload": {"rate": 2.5}})
+    assert isinstance(cfg.workload, PoissonConfig) and cfg.workload.rate == 2.5
+    msg, locs = error_of({"workload": {"rate": math.inf}})
+    assert locs == [("workload", "poisson", "rate")]
