@@ -53,11 +53,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_feedback_export(args: argparse.Namespace) -> int:
     from cloudrl.feedback import export_jsonl
 
+    if args.format == "pairs":  # the preference-pair dataset (cloudrl.alignment)
+        from cloudrl.alignment.cli import cmd_operator_pairs
+
+        return cmd_operator_pairs(args)
+    out = args.out or "results/feedback.jsonl"
     try:
-        n = export_jsonl(args.db, args.out)
+        n = export_jsonl(args.db or "results/serve/state.db", out)
     except FileNotFoundError as e:
         raise ConfigError(str(e)) from None
-    print(json.dumps({"pairs": n, "out": args.out}))
+    print(json.dumps({"pairs": n, "out": out}))
     return 0
 
 
@@ -83,6 +88,14 @@ def register(sub: Any) -> None:
     fb = sub.add_parser("feedback", help="operator feedback pairs stored by the service")
     fb_sub = fb.add_subparsers(dest="feedback_command", required=True)
     ex = fb_sub.add_parser("export", help="write the stored ranked pairs as JSON lines")
-    ex.add_argument("--db", default="results/serve/state.db", help="the service's state_db")
-    ex.add_argument("--out", default="results/feedback.jsonl")
+    ex.add_argument("--db", help="the service's state_db (default results/serve/state.db)")
+    ex.add_argument("--out", help="the JSON lines file (default: results/feedback.jsonl); "
+                    "with --format pairs a directory (default: results/align/operator_pairs)")
+    ex.add_argument("--format", choices=("jsonl", "pairs"), default="jsonl",
+                    help="pairs: pairs with inline trajectories as the preference-pair "
+                         "dataset (parquet), the schema teacher pairs use")
+    ex.add_argument("--config", metavar="YAML", help="pairs: AlignConfig file (env, "
+                    "record.interface, pairs.segment_length, operator.cut)")
+    ex.add_argument("--segment-length", type=int, help="pairs: steps per segment")
+    ex.add_argument("--n-servers", type=int, help="pairs: the operators' fleet size")
     ex.set_defaults(func=_cmd_feedback_export)

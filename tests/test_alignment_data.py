@@ -492,6 +492,12 @@ def test_feedback_store_pairs_round_trip_into_the_pair_dataset(tmp_path, capsys)
     assert printed["labels"] == {"0.5": 1, "1.0": 2}
     # exporting twice gives the same pair ids (content-addressed)
     assert sorted(read_pairs(tmp_path / "cli").meta["pair_id"]) == sorted(data.meta["pair_id"])
+    # and `cloudrl feedback export --format pairs` is the same command
+    assert main(["feedback", "export", "--format", "pairs", "--db", str(db), "--out",
+                 str(tmp_path / "fb"), "--n-servers", "5", "--segment-length", "6"]) == 0
+    assert json.loads(capsys.readouterr().out)["pairs"] == 3
+    np.testing.assert_array_equal(read_pairs(tmp_path / "fb").obs["a"]["jobs"],
+                                  read_pairs(tmp_path / "cli").obs["a"]["jobs"])
 
 
 # ----------------------------------------------------------------------------- CLI end to end

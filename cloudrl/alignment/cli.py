@@ -6,7 +6,8 @@
   segment pairs (:mod:`.teacher`) as a pair dataset (:mod:`.preferences`);
 * ``cloudrl align operator-pairs --db results/serve/state.db --out DIR``: the feedback
   store's operator pairs with inline trajectories, in the same schema
-  (:func:`cloudrl.feedback.export_pairs`).
+  (:func:`cloudrl.feedback.export_pairs`); ``cloudrl feedback export --format pairs`` is
+  the same command.
 
 Every command takes ``--config experiments/align.yaml`` (an :class:`AlignConfig`;
 ``CLOUDRL__RECORD__EPISODES=8``-style variables and flags override it). Bad input is
@@ -79,6 +80,7 @@ class AlignConfig(_Strict):
 
 
 def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> AlignConfig:
+    """AlignConfig: defaults < --config YAML < CLOUDRL__* env vars < flags."""
     env: dict[str, Any] = {}
     if getattr(args, "n_servers", None) is not None:
         env["n_servers"] = args.n_servers
@@ -86,7 +88,7 @@ def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> AlignConfig:
         env["sim"] = {"episode_length": args.episode_length}
     if env:
         overrides = {**overrides, "env": env}
-    return load_config(AlignConfig, args.config, overrides)
+    return load_config(AlignConfig, getattr(args, "config", None), overrides)
 
 
 def _set(section: dict[str, Any], key: str, value: Any) -> None:
@@ -141,14 +143,15 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_operator_pairs(args: argparse.Namespace) -> int:
+def cmd_operator_pairs(args: argparse.Namespace) -> int:
+    """``cloudrl align operator-pairs`` and ``cloudrl feedback export --format pairs``."""
     from cloudrl.feedback import export_pairs
 
     sec: dict[str, Any] = {}
     for key in ("db", "out", "cut"):
-        _set(sec, key, getattr(args, key))
+        _set(sec, key, getattr(args, key, None))
     overrides: dict[str, Any] = {"operator": sec} if sec else {}
-    if args.segment_length is not None:
+    if getattr(args, "segment_length", None) is not None:
         overrides["pairs"] = {"segment_length": args.segment_length}
     cfg = _config(args, overrides)
     op = cfg.operator
@@ -215,5 +218,5 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     op.add_argument("--segment-length", type=_positive, help="steps per segment (default 25)")
     op.add_argument("--cut", choices=("head", "tail"), help="which steps a longer trajectory "
                     "keeps (default head)")
-    op.set_defaults(func=_cmd_operator_pairs)
+    op.set_defaults(func=cmd_operator_pairs)
     return align
