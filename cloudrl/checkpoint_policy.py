@@ -2,7 +2,8 @@
 
 Loads only the RLModule (``learner_group/learner/rl_module/default_policy``)
 and the ``cloudrl.json`` written next to it by the trainer, which records
-the algorithm, the interface and the env config the policy was trained for.
+the algorithm (a row of ``cloudrl.algorithms.specs.ALGORITHMS``), the interface and
+the env config the policy was trained for.
 ``act`` runs the module on one observation. Q-learners (DQN, BDQ) act
 greedily. A PPO, APPO or IMPALA policy is stochastic by construction
 (trained by sampling, with an entropy bonus), so by default it samples from
@@ -21,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from cloudrl.algorithms.specs import spec_of
 from envs.env_config import EnvConfig
 
 MODULE_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 META_FILE = "cloudrl.json"
-# Actor-critic algorithms whose policies sample by default (``mode="auto"``).
-STOCHASTIC_ALGOS = frozenset({"ppo", "appo", "impala"})
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -55,7 +55,8 @@ class CheckpointPolicy:
         self.env_config = EnvConfig.model_validate(self.meta["env"])
         if mode not in ("auto", "greedy", "sample"):
             raise ValueError(f"mode must be 'auto', 'greedy' or 'sample', got {mode!r}")
-        samples_by_default = self.meta["algo"] in STOCHASTIC_ALGOS
+        # Actor-critic algorithms' policies sample by default (``mode="auto"``).
+        samples_by_default = spec_of(self.meta["algo"]).samples_actions
         self.stochastic = mode == "sample" or (mode == "auto" and samples_by_default)
         self.name = f"{self.meta['algo']}:{self.path.name}"
         self.sample_seed = sample_seed

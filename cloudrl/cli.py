@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from cloudrl import serve_cli, trace_import
+from cloudrl.algorithms.specs import ALGOS
 from cloudrl.config import ConfigError, load_config
-from cloudrl.training import ALGOS
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 

@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cloudrl import tracking
+from cloudrl.algorithms.specs import Algo, hparams_by_algo, spec_of
 from cloudrl.config import ConfigError, deep_merge, format_validation_error
 from cloudrl.protocol import N_SEEDS
 from cloudrl.sweep_tracking import (
@@ -55,8 +56,6 @@ from cloudrl.sweep_tracking import (
     trial_keys,
 )
 from cloudrl.training import (
-    BRANCHING_ALGOS,
-    Algo,
     TrainConfig,
     build_algo_config,
     flat_metrics,
@@ -87,7 +86,8 @@ class SweepConfig(BaseModel):
     workload_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per workload kind, e.g. {trace: {path: x.npz}}")
     env_steps: int = Field(default=20_000, ge=1)
-    hparams: dict[Algo, dict[str, Any]] = Field(default_factory=dict)
+    hparams: dict[Algo, dict[str, Any]] = Field(
+        default_factory=dict, description="per algorithm, its typed hyperparameters")
     num_env_runners: int = Field(default=0, ge=0)
     hidden: int = Field(default=128, ge=8)
     reporting: dict[str, Any] = Field(default_factory=dict,
@@ -112,7 +112,17 @@ class SweepConfig(BaseModel):
 
     def interfaces(self) -> list[str]:
         """The action interfaces the sweep's algorithms act on (heuristics run on each)."""
-        return sorted({"branching" if a in BRANCHING_ALGOS else "flat" for a in self.algos})
+        return sorted({spec_of(a).interface for a in self.algos})
+
+    @field_validator("hparams", mode="before")
+    @classmethod
+    def _typed_hparams(cls, hparams: Any) -> Any:
+        """Each algorithm's hparams against its model: errors read ``hparams.dqn.lr``."""
+        if not isinstance(hparams, dict):
+            return hparams  # the field's own type check names it
+        checked = hparams_by_algo().model_validate(hparams)
+        return {algo: model.model_dump(mode="json", exclude_unset=True)
+                for algo in hparams if (model := getattr(checked, algo)) is not None}
 
     @field_validator("workloads")
     @classmethod
@@ -178,11 +188,12 @@ def algo_config_for(sweep: SweepConfig, cfg: TrainConfig) -> Any:
 
 
 def check_algo_configs(sweep: SweepConfig) -> None:
-    """Build every algorithm's config before Tune starts, so bad hparams fail fast, by name."""
+    """Build and validate every algorithm's RLlib config before Tune starts, so settings
+    RLlib rejects (a minibatch larger than the batch, say) fail fast, by algorithm name."""
     for algo in sweep.algos:
         try:
             algo_config_for(sweep, sweep.train_config(algo, sweep.workloads[0],
-                                                      sweep.run_seeds[0]))
+                                                      sweep.run_seeds[0])).validate()
         except (TypeError, ValueError) as e:
             raise ConfigError(f"invalid config (sweep): hparams.{algo}: {e}") from None
 

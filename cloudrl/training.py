@@ -1,9 +1,10 @@
 """Training driver: RLlib algorithm configs for the cluster envs, a train loop, checkpoints.
 
 ``build_algo_config(cfg)`` returns a plain RLlib ``AlgorithmConfig`` (PPO,
-DQN, BDQ, APPO or IMPALA on the new API stack, with cloudrl's masked
-RLModules), so anything a user knows about RLlib applies. ``train(cfg)`` runs
-it to an env-step budget on the 50 train seeds only and writes a checkpoint
+DQN, BDQ, APPO, IMPALA or Ape-X BDQ on the new API stack, with cloudrl's masked
+RLModules; the algorithms and their defaults are the table in
+``cloudrl.algorithms.specs``), so anything a user knows about RLlib applies.
+``train(cfg)`` runs it to an env-step budget on the 50 train seeds only and writes a checkpoint
 that ``cloudrl evaluate --checkpoint PATH`` runs on the held-out test seeds.
 """
 
@@ -14,25 +15,27 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from cloudrl.algorithms.hparams import RunShape
+from cloudrl.algorithms.specs import Algo, checked_hparams, spec_of
 from cloudrl.checkpoint_policy import META_FILE, is_checkpoint
 from cloudrl.config import ConfigError
 from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
-Algo = Literal["ppo", "dqn", "bdq", "appo", "impala", "apex_bdq"]
-ALGOS: tuple[str, ...] = ("ppo", "dqn", "bdq", "appo", "impala", "apex_bdq")
-BRANCHING_ALGOS = frozenset({"bdq", "apex_bdq"})
-# RLlib's asynchronous actor-learner algorithms (V-trace); see ``_async_settings``.
-ASYNC_ALGOS = frozenset({"appo", "impala"})
-
 
 class TrainConfig(BaseModel):
-    """One training run. ``hparams`` go to ``AlgorithmConfig.training(...)`` verbatim."""
+    """One training run.
+
+    ``hparams`` are the algorithm's typed hyperparameters (``cloudrl.algorithms``, e.g.
+    ``PPOHparams``) that differ from cloudrl's defaults; an unknown key or a bad value is a
+    validation error naming it (``hparams.lr``). With the defaults filled in they go to
+    ``AlgorithmConfig.training(...)``.
+    """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -56,124 +59,33 @@ class TrainConfig(BaseModel):
     resume: bool = Field(default=False,
                          description="start from the checkpoint in checkpoint_dir if present")
 
+    @field_validator("hparams")
+    @classmethod
+    def _typed_hparams(cls, hparams: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        algo = info.data.get("algo")
+        return checked_hparams(algo, hparams) if algo is not None else hparams
+
     @model_validator(mode="after")
-    def _apex_has_actors(self) -> TrainConfig:
-        if self.algo == "apex_bdq" and self.num_env_runners < 1:
-            raise ValueError("num_env_runners: apex_bdq samples on remote env runners "
-                             "(its actors); give at least 1")
+    def _enough_env_runners(self) -> TrainConfig:
+        need = spec_of(self.algo).min_env_runners
+        if self.num_env_runners < need:
+            raise ValueError(f"num_env_runners: {self.algo} samples on remote env runners "
+                             f"(its actors); give at least {need}")
         return self
 
     def interface(self) -> str:
-        """BDQ and Ape-X BDQ act on the branching interface; PPO, DQN, APPO and IMPALA on
-        the flat one."""
-        return "branching" if self.algo in BRANCHING_ALGOS else "flat"
+        """The action interface the algorithm acts on (``flat`` or ``branching``)."""
+        return spec_of(self.algo).interface
+
+    def training_kwargs(self) -> dict[str, Any]:
+        """``AlgorithmConfig.training(**kwargs)``: the algorithm's defaults, then ``hparams``."""
+        run = RunShape(env_steps=self.env_steps, num_env_runners=self.num_env_runners)
+        return spec_of(self.algo).training_kwargs(self.hparams, run)
 
     def train_env_config(self) -> dict[str, Any]:
         """The env_config RLlib gets: the env config on the train seeds, plus the reward scale."""
         env = self.env.model_copy(update={"seed_pool": TRAIN_SEEDS})
         return {**env.model_dump(mode="json"), "reward_scale": self.reward_scale}
-
-
-def _ppo_defaults() -> dict[str, Any]:
-    return {"lr": 3e-4, "gamma": 0.99, "lambda_": 0.95, "train_batch_size_per_learner": 2000,
-            "minibatch_size": 250, "num_epochs": 4, "entropy_coeff": 0.01, "clip_param": 0.2,
-            "vf_loss_coeff": 0.5, "vf_clip_param": 100.0, "grad_clip": 1.0}
-
-
-def _dqn_defaults(env_steps: int) -> dict[str, Any]:
-    return {
-        "lr": 5e-4, "gamma": 0.99, "train_batch_size_per_learner": 64, "double_q": True,
-        "dueling": False, "n_step": 3, "target_network_update_freq": 1000,
-        "num_steps_sampled_before_learning_starts": min(2000, env_steps // 5),
-        "epsilon": [[0, 1.0], [max(1, env_steps // 2), 0.05]],
-        "replay_buffer_config": {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000,
-                                 "alpha": 0.6, "beta": 0.4},
-        "grad_clip": 10.0,
-    }
-
-
-def _bdq_defaults(env_steps: int) -> dict[str, Any]:
-    hp = _dqn_defaults(env_steps)
-    for key in ("double_q", "dueling"):  # BDQ is always dueling with a double-Q target
-        hp.pop(key)
-    return hp
-
-
-def _impala_defaults() -> dict[str, Any]:
-    """IMPALA (V-trace actor-critic): the PPO defaults' lr, discount and loss weights.
-
-    One train batch is two sample() calls of one runner at RLlib's rollout fragment of
-    50 steps x 8 vectorized envs; each batch is used once (no epochs, no minibatches).
-    With remote env runners the driver waits up to 0.1 s for their samples instead of
-    polling in a busy loop (RLlib's 0 s): on a small machine the loop took the CPU the
-    runners sample with (APPO, 1 runner, 2 cores: 2-3.3x the env steps/s with the wait;
-    ``experiments/bench_appo.py``).
-    """
-    return {"lr": 3e-4, "gamma": 0.99, "train_batch_size_per_learner": 800,
-            "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "grad_clip": 1.0,
-            "vtrace_clip_rho_threshold": 1.0, "vtrace_clip_pg_rho_threshold": 1.0,
-            "timeout_s_sampler_manager": 0.1}
-
-
-def _appo_defaults() -> dict[str, Any]:
-    """APPO: IMPALA's settings plus PPO's clipped surrogate against a target policy.
-
-    The circular buffer holds 8 batches and trains on each at most twice; the target
-    policy is copied from the learner's (``tau`` 1) every ``2 * 8 * 2`` batch updates
-    (``target_network_update_freq`` x buffer size x passes: RLlib's rule and defaults).
-    """
-    return {**_impala_defaults(), "clip_param": 0.2, "use_kl_loss": False,
-            "circular_buffer_num_batches": 8, "circular_buffer_iterations_per_batch": 2,
-            "target_network_update_freq": 2}
-
-
-def _algo_parts(cfg: TrainConfig) -> tuple[Any, type, dict[str, Any]]:
-    """(empty RLlib config, RLModule class, default hparams) of ``cfg.algo``."""
-    from ray.rllib.algorithms.appo import APPOConfig
-    from ray.rllib.algorithms.dqn import DQNConfig
-    from ray.rllib.algorithms.impala import IMPALAConfig
-    from ray.rllib.algorithms.ppo import PPOConfig
-
-    from cloudrl.algorithms.bdq import BDQConfig
-    from models.bdq import BDQTorchRLModule
-    from models.masked_appo import MaskedAPPOTorchRLModule
-    from models.masked_dqn import MaskedDQNTorchRLModule
-    from models.masked_ppo import MaskedPPOTorchRLModule
-
-    if cfg.algo == "ppo":
-        return PPOConfig(), MaskedPPOTorchRLModule, _ppo_defaults()
-    if cfg.algo == "dqn":
-        return DQNConfig(), MaskedDQNTorchRLModule, _dqn_defaults(cfg.env_steps)
-    if cfg.algo == "appo":
-        return APPOConfig(), MaskedAPPOTorchRLModule, _appo_defaults()
-    if cfg.algo == "impala":
-        return IMPALAConfig(), MaskedPPOTorchRLModule, _impala_defaults()
-    if cfg.algo == "apex_bdq":
-        from cloudrl.algorithms.apex_bdq import ApexBDQConfig
-        return ApexBDQConfig(), BDQTorchRLModule, _apex_bdq_defaults(cfg)
-    return BDQConfig(), BDQTorchRLModule, _bdq_defaults(cfg.env_steps)
-
-
-def _apex_bdq_defaults(cfg: TrainConfig) -> dict[str, Any]:
-    """BDQ's settings; exploration is Ape-X's per-actor constant epsilon (no schedule), and
-    there are as many replay shards as actors, at most 2."""
-    hp = _bdq_defaults(cfg.env_steps)
-    hp.pop("epsilon")
-    hp["num_replay_shards"] = min(2, cfg.num_env_runners)
-    return hp
-
-
-def _async_settings(config: Any) -> None:
-    """APPO/IMPALA: an iteration is one train batch of env steps, as for PPO.
-
-    RLlib's IMPALA family defaults to iterations of at least 10 s, however few steps
-    that is; cloudrl logs and checkpoints per iteration, so iterations follow the
-    batch size instead. Sampling works in the driver (``num_env_runners=0``, then
-    sampling and learning alternate) and on remote env runners (sampling overlaps
-    learning: the asynchronous actor-learner split these algorithms are made for).
-    """
-    config.reporting(min_time_s_per_iteration=0,
-                     min_sample_timesteps_per_iteration=config.total_train_batch_size)
 
 
 def build_algo_config(cfg: TrainConfig):
@@ -183,25 +95,24 @@ def build_algo_config(cfg: TrainConfig):
     from cloudrl.callbacks import ClusterMetricsCallback
 
     register_rllib_envs()
-    config, module, hp = _algo_parts(cfg)
-    hp.update(cfg.hparams)
-    env_id = FLAT_ID if cfg.interface() == "flat" else BRANCHING_ID
+    spec = spec_of(cfg.algo)
+    env_id = FLAT_ID if spec.interface == "flat" else BRANCHING_ID
     config = (
-        config.api_stack(enable_rl_module_and_learner=True,
-                         enable_env_runner_and_connector_v2=True)
+        spec.new_config()
+        .api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
         .environment(env_id, env_config=cfg.train_env_config())
         .env_runners(num_env_runners=cfg.num_env_runners,
                      num_envs_per_env_runner=cfg.envs_per_runner)
         .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner)
-        .training(**hp)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=module, model_config={
+        .training(**cfg.training_kwargs())
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=spec.module(), model_config={
             "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]}))
         .callbacks(ClusterMetricsCallback)
         .debugging(seed=cfg.run_seed)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
-    if cfg.algo in ASYNC_ALGOS:
-        _async_settings(config)
+    if spec.configure is not None:
+        spec.configure(config)
     return config
 
 

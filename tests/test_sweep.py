@@ -288,6 +288,7 @@ def test_params_are_flattened_and_truncated() -> None:
 
 def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
     from cloudrl.cli import main
+    from cloudrl.config import build_config
     from cloudrl.sweep import SweepConfig, check_algo_configs
 
     assert main(["sweep", "--n-servers", "0", "--eval-seeds", "51"]) == 2
@@ -297,8 +298,14 @@ def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) 
         SweepConfig(workloads=["bursty"])
     with pytest.raises(ValueError, match="reporting"):
         SweepConfig(reporting={"min_sample_steps": 1})
-    with pytest.raises(ConfigError, match=r"hparams\.ppo"):
-        check_algo_configs(SweepConfig(algos=["ppo"], hparams={"ppo": {"learning_rate": 1}}))
+    with pytest.raises(ConfigError, match=r"hparams\.ppo\.learning_rate"):
+        build_config(SweepConfig, {"algos": ["ppo"], "hparams": {"ppo": {"learning_rate": 1}}})
+    with pytest.raises(ConfigError, match=r"hparams\.a3c"):  # not a row of the algorithm table
+        build_config(SweepConfig, {"hparams": {"a3c": {}}})
+    # RLlib's own checks still run before Tune starts, naming the algorithm
+    with pytest.raises(ConfigError, match=r"hparams\.ppo: .*minibatch"):
+        check_algo_configs(SweepConfig(algos=["ppo"], hparams={
+            "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 128}}))
     # Defaults are validated too: "all" expands to the four heuristics (it once did not).
     assert set(SweepConfig().heuristics) == HEURISTIC_NAMES
     cfg = SweepConfig(n_servers=7, episode_length=30, workload_options={"poisson": {"rate": 0.5}})

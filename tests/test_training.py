@@ -188,3 +188,69 @@ def test_each_algorithms_rllib_config_gets_the_documented_defaults(algo):
         assert got == value, key
     if algo in ("bdq", "apex_bdq"):
         assert config.double_q is True  # BDQConfig's own double-Q target
+
+
+@pytest.mark.parametrize("algo", sorted(TODAYS_DEFAULTS))
+def test_the_algorithm_tables_defaults_are_todays_values(algo):
+    from cloudrl.algorithms.hparams import RunShape
+    from cloudrl.algorithms.specs import ALGORITHMS
+
+    assert ALGORITHMS[algo].training_kwargs({}, RunShape(E, R)) == TODAYS_DEFAULTS[algo]
+    assert TrainConfig(algo=algo, env_steps=E, num_env_runners=R).training_kwargs() == \
+        TODAYS_DEFAULTS[algo]
+
+
+def test_run_dependent_defaults_follow_the_budget_and_the_runners():
+    small = TrainConfig(algo="dqn", env_steps=1000).training_kwargs()
+    assert small["num_steps_sampled_before_learning_starts"] == 200
+    assert small["epsilon"] == [[0, 1.0], [500, 0.05]]
+    assert TrainConfig(algo="apex_bdq", num_env_runners=1).training_kwargs()[
+        "num_replay_shards"] == 1
+    given = TrainConfig(algo="dqn", hparams={"epsilon": [[0, 0.5], [10, 0.0]]})
+    assert given.training_kwargs()["epsilon"] == [[0, 0.5], [10, 0.0]]
+
+
+def test_hparams_are_typed_per_algorithm_and_errors_name_the_key():
+    from pydantic import ValidationError
+
+    cfg = TrainConfig(algo="dqn", hparams={"lr": "1e-4", "replay_buffer_config":
+                                           {"capacity": 5000}})
+    assert cfg.hparams == {"lr": 1e-4, "replay_buffer_config": {"capacity": 5000}}
+    kwargs = cfg.training_kwargs()
+    assert kwargs["lr"] == 1e-4 and kwargs["replay_buffer_config"] == {
+        "type": "PrioritizedEpisodeReplayBuffer", "capacity": 5000, "alpha": 0.6, "beta": 0.4}
+    cases = [("ppo", {"lr": -1.0}, "hparams.lr"),
+             ("ppo", {"learning_rate": 1}, "hparams.learning_rate"),
+             ("dqn", {"replay_buffer_config": {"capacity": "big"}},
+              "hparams.replay_buffer_config.capacity"),
+             ("ppo", {"double_q": True}, "hparams.double_q"),  # a DQN key, not PPO's
+             ("apex_bdq", {"epsilon": 0.1}, "hparams.epsilon")]  # Ape-X: per-actor epsilon
+    for algo, hparams, where in cases:
+        runners = 1 if algo == "apex_bdq" else 0
+        with pytest.raises(ValidationError) as info:
+            TrainConfig(algo=algo, num_env_runners=runners, hparams=hparams)
+        locs = [".".join(map(str, e["loc"])) for e in info.value.errors()]
+        assert locs == [where], (algo, hparams)
+
+
+def test_cli_train_hparams_json_keeps_working_and_bad_keys_exit_2(capsys, monkeypatch):
+    import cloudrl.training as training
+    from cloudrl.algorithms.specs import ALGOS
+    from cloudrl.cli import build_parser
+
+    seen = {}
+
+    def fake_train(cfg, on_iteration=None):
+        seen["lr"] = build_algo_config(cfg).lr
+        return "ckpt", []
+
+    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr("cloudrl.ray_utils.init_ray", lambda *a, **k: None)
+    assert main(["train", "--hparams", '{"lr": 1e-4}']) == 0
+    assert seen["lr"] == 1e-4
+    assert main(["train", "--algo", "dqn", "--hparams", '{"lr": 1e-4, "n_stepz": 2}']) == 2
+    err = capsys.readouterr().err
+    assert "hparams.n_stepz" in err and "Traceback" not in err
+    train_parser = build_parser()._subparsers._group_actions[0].choices["train"]
+    algo_action = next(a for a in train_parser._actions if a.dest == "algo")
+    assert tuple(algo_action.choices) == ALGOS
