@@ -571,3 +571,27 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, demos, capsys, argv, mes
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert "\n" not in err and message in err, err
+
+
+@pytest.mark.slow  # ~20 s: trains a tiny PPO checkpoint first
+def test_records_a_trained_checkpoint_on_its_own_env(tmp_path, ray_session):
+    from cloudrl.checkpoint_policy import CheckpointPolicy
+    from cloudrl.cli import main
+
+    ckpt = tmp_path / "ppo"
+    tiny = {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1}
+    assert main(["train", "--algo", "ppo", "--n-servers", "5", "--episode-length", "50",
+                 "--env-steps", "64", "--hparams", json.dumps(tiny), "--out", str(ckpt)]) == 0
+    summary = record_episodes(str(ckpt), tmp_path / "demos", episodes=1, seeds=[4])
+    assert summary.policy.startswith("ppo:") and summary.seeds == [4]
+    (ep,) = read_episodes(tmp_path / "demos")
+    assert len(ep) == 50 and ep.custom_data["policy"] == summary.policy
+    # the checkpoint's own (sampling, reseeded) policy replays the same actions
+    policy, env = CheckpointPolicy(ckpt), make_env({"n_servers": 5,
+                                                    "sim": {"episode_length": 50}}, "flat")
+    policy.reset()
+    obs, _ = env.reset(seed=4)
+    for t in range(50):
+        action = policy.act(obs)
+        assert ep.get_actions(t) == action and ep.get_observations(t)["action_mask"][action] > 0
+        obs, *_ = env.step(action)
