@@ -124,16 +124,6 @@ def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: 
     return schema
 
 
-def health_errors(shields: list[Shield]) -> list[str]:
-    """One line per loaded version whose model cannot answer its probe state."""
-    errors = []
-    for shield in shields:
-        error = shield.health_error()
-        if error:
-            errors.append(f"{shield.policy.version} ({shield.policy.spec}): {error}")
-    return errors
-
-
 @serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
 @serve.ingress(api)
 class DecisionService:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 
 import numpy as np
 import pytest
 
 from envs.env_config import EnvConfig
-from serve_apps.app import health_errors
 from serve_apps.runtime import PolicySpecError, ServedPolicy
 from serve_apps.shield import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, Shield
 
@@ -108,12 +108,14 @@ def test_masked_sub_actions_are_infeasible_and_the_mask_is_the_envs():
     assert not policy.is_feasible(np.asarray(action, dtype=float), obs)
 
 
-def test_health_errors_name_the_broken_version():
+def test_health_probe_says_what_is_wrong_and_times_out():
     good = Shield(ServedPolicy("heuristic:power_aware", "v1", ENV, "flat"))
     bad = Shield(ServedPolicy("python:serve_apps.faults:broken", "v2", ENV, "flat"))
-    assert health_errors([good]) == []
-    errors = health_errors([good, bad])
-    assert len(errors) == 1 and errors[0].startswith("v2 (python:serve_apps.faults:broken)")
+    assert asyncio.run(good.probe(5.0)) is None
+    assert asyncio.run(bad.probe(5.0)) == "RuntimeError: injected model failure"
+    hung = Shield(ServedPolicy("heuristic:power_aware", "v3", ENV, "flat"))
+    hung._pool.submit(time.sleep, 1.0)  # the model thread is busy past the probe's limit
+    assert "within 0.2 s" in asyncio.run(hung.probe(0.2))
 
 
 @pytest.mark.parametrize(("spec", "says"), [
