@@ -9,6 +9,7 @@ from typing import Any
 
 from cloudrl import serve_cli, trace_import
 from cloudrl.algorithms.specs import ALGOS
+from cloudrl.alignment import cli as align_cli
 from cloudrl.config import ConfigError, load_config
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
@@ -393,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=_cmd_compare)
 
     trace_import.register(sub)
+    align_cli.register(sub)
     serve_cli.register(sub)
     return parser
 
