@@ -25,8 +25,10 @@ heuristics run as in a normal sweep. Runs are found again by their
 ``interface``) tags, never opened twice; runs that already carry test metrics
 are not evaluated again.
 
-The MLflow side (the trial callback, the test-seed evaluations) is
-:mod:`cloudrl.sweep_tracking`.
+Roles: this module is the Tune side (the grid, the trainable, run and resume) and
+decides what gets evaluated; :mod:`cloudrl.sweep_tracking` is the MLflow side, which
+takes plain values (run names, tags, params, evaluation results) and never calls back
+here; :mod:`cloudrl.evaluate` runs the evaluations.
 
 CLI: ``cloudrl sweep --config experiments/sweep_small.yaml``;
 ``cloudrl sweep --resume <experiment dir, or its name under --storage-path>``.
@@ -51,9 +53,11 @@ from cloudrl.config import ConfigError, deep_merge, format_validation_error
 from cloudrl.protocol import N_SEEDS
 from cloudrl.sweep_tracking import (
     MlflowTrialCallback,
-    evaluate_heuristics,
-    evaluate_trial,
-    trial_keys,
+    TrialRun,
+    find_runs,
+    log_evaluation,
+    logged_test_metrics,
+    run_name,
 )
 from cloudrl.training import (
     TrainConfig,
@@ -175,6 +179,14 @@ class SweepConfig(BaseModel):
         return TrainConfig(algo=algo, env=self.env_config(workload), env_steps=self.env_steps,
                            num_env_runners=self.num_env_runners, run_seed=run_seed,
                            hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})))
+
+
+GRID_KEYS = ("algo", "workload", "run_seed")  # a trial's grid point, in its Tune config
+
+
+def trial_keys(config: dict[str, Any]) -> tuple[str, str, int]:
+    """(algo, workload, run_seed) of a trial's Tune config."""
+    return config["algo"], config["workload"], int(config["run_seed"])
 
 
 def algo_config_for(sweep: SweepConfig, cfg: TrainConfig) -> Any:
@@ -328,7 +340,7 @@ def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
     sweep = sweep.model_copy(update={
         "name": name, "storage_path": str(storage),
         "tracking_uri": tracking.resolve_tracking_uri(sweep.tracking_uri)})
-    callback = MlflowTrialCallback(sweep, sweep_id=name)
+    callback = trial_callback(sweep, sweep_id=name)
     tuner = tune.Tuner(
         _trainable(sweep),
         param_space={"algo": tune.grid_search(list(sweep.algos)),
@@ -386,8 +398,108 @@ def resume_sweep(ref: str | Path, storage_path: str | Path | None = None) -> dic
     tuner = tune.Tuner.restore(str(exp), trainable=_trainable(sweep),
                                resume_unfinished=True, resume_errored=True)
     # Tune drives the callback pickled with the experiment; this one only finds the runs.
-    callback = MlflowTrialCallback(sweep, sweep_id=sweep.name or exp.name)
+    callback = trial_callback(sweep, sweep_id=sweep.name or exp.name)
     return _finish(sweep, exp, tuner.fit(), callback)
+
+
+def common_tags(sweep: SweepConfig, sweep_id: str, workload: str) -> dict[str, Any]:
+    """Tags of every MLflow run of the sweep on ``workload`` (trials and heuristics)."""
+    env = sweep.env_config(workload)
+    return {"sweep_id": sweep_id, "workload": workload, "n_servers": sweep.n_servers,
+            "episode_length": env.sim.episode_length, "eval_seeds": sweep.eval_seeds}
+
+
+def trial_callback(sweep: SweepConfig, sweep_id: str) -> MlflowTrialCallback:
+    """The MLflow callback, told every grid point's run name, tags and params up front."""
+    runs = {}
+    for algo in sweep.algos:
+        for workload in sweep.workloads:
+            for seed in sweep.run_seeds:
+                cfg = sweep.train_config(algo, workload, seed)
+                tags = {**common_tags(sweep, sweep_id, workload), "kind": "learned",
+                        "policy": algo, "algo": algo, "run_seed": seed,
+                        "interface": cfg.interface()}
+                params = {**cfg.model_dump(mode="json", exclude={"checkpoint_dir"}),
+                          "reporting": sweep.reporting, "env_runners": sweep.env_runners}
+                runs[(algo, workload, seed)] = TrialRun(
+                    run_name(algo, workload, sweep.n_servers, seed), tags, params)
+    return MlflowTrialCallback(str(sweep.tracking_uri or tracking.resolve_tracking_uri()),
+                               sweep.experiment, sweep_id, GRID_KEYS, runs)
+
+
+def eval_config(sweep: SweepConfig, workload: str, interface: str,
+                policies: list[str]) -> Any:
+    """The test-seed evaluation of ``policies`` on one workload and interface."""
+    from cloudrl.evaluate import EvalConfig
+
+    return EvalConfig(env=sweep.env_config(workload), policies=policies, interface=interface,
+                      n_seeds=sweep.eval_seeds, workers=sweep.eval_workers)
+
+
+def evaluate_trial(sweep: SweepConfig, result: Any, run_id: str, client: Any,
+                   eval_dir: Path) -> dict[str, Any]:
+    """Evaluate the trial's final checkpoint into its run (unless a resumed sweep did)."""
+    from cloudrl.evaluate import evaluate
+
+    algo, workload, seed = trial_keys(result.config)
+    ckpt = Path(result.checkpoint.path)
+    step = int(result.metrics.get("env_steps", 0))
+    run = client.get_run(run_id)
+    row = {"run_id": run_id, "policy": algo, "workload": workload, "run_seed": seed,
+           "checkpoint": str(ckpt), "env_steps": step,
+           "num_failures": int(run.data.tags.get("num_failures", 0))}
+    metrics = logged_test_metrics(run)
+    if metrics is not None and run.data.tags.get("checkpoint") == str(ckpt):
+        return {**row, **metrics}
+    interface = sweep.train_config(algo, workload, seed).interface()
+    cfg = eval_config(sweep, workload, interface, [str(ckpt)])
+    results = evaluate(cfg, progress=sweep.verbose > 0)
+    client.set_tag(run_id, "checkpoint", str(ckpt))
+    metrics = log_evaluation(client, run_id, results, eval_dir / run_name(
+        algo, workload, sweep.n_servers, seed), step, cfg)
+    return {**row, **metrics}
+
+
+def evaluate_heuristics(sweep: SweepConfig, sweep_id: str, client: Any, experiment_id: str,
+                        eval_dir: Path) -> list[dict[str, Any]]:
+    """Each heuristic on each workload and each interface the sweep's algorithms use, one
+    MLflow run each; one already evaluated in this sweep (a resume) keeps its run."""
+    from cloudrl.evaluate import evaluate
+
+    rows = []
+    for workload in sweep.workloads:
+        for interface in sweep.interfaces():
+            tags = {**common_tags(sweep, sweep_id, workload), "kind": "heuristic",
+                    "interface": interface}
+            runs, done = {}, {}
+            for name in sweep.heuristics:
+                found = find_runs(client, experiment_id, {
+                    "sweep_id": sweep_id, "kind": "heuristic", "policy": name,
+                    "workload": workload, "interface": interface})
+                if found:
+                    runs[name] = found[0].info.run_id
+                    if (metrics := logged_test_metrics(found[0])) is not None:
+                        done[name] = metrics
+            todo = [n for n in sweep.heuristics if n not in done]
+            cfg = eval_config(sweep, workload, interface, todo)
+            results = evaluate(cfg, progress=sweep.verbose > 0) if todo else []
+            for name in sweep.heuristics:
+                if name not in done:
+                    label = name if interface == "flat" else f"{name}-branching"
+                    rn = run_name(label, workload, sweep.n_servers)
+                    run_id = runs.get(name) or tracking.start_run(
+                        client, experiment_id, rn, {**tags, "policy": name})
+                    if name not in runs:
+                        tracking.log_params(client, run_id,
+                                            {"env": cfg.env.model_dump(mode="json")})
+                    done[name] = log_evaluation(client, run_id,
+                                                [r for r in results if r.policy == name],
+                                                eval_dir / rn, 0, cfg)
+                    tracking.end_run(client, run_id)
+                    runs[name] = run_id
+                rows.append({"run_id": runs[name], "policy": name, "workload": workload,
+                             "interface": interface, **done[name]})
+    return rows
 
 
 def _finish(sweep: SweepConfig, exp: Path, grid: Any,

@@ -358,3 +358,31 @@ def test_comparison_rows_mark_branching_policies_and_default_old_runs_to_flat():
         "ffd", "power_aware", "ffd [branching]", "bdq (1 run seed) [branching]",
         "ppo (1 run seed)"]
     assert [r["energy_kwh_mean"] for r in rows] == [160.0, 120.0, 161.0, 130.0, 150.0]
+
+
+def test_the_mlflow_side_takes_plain_values(tmp_path: Path) -> None:
+    """The trial callback opens, finds again and fills runs from names, tags and params it
+    was given: no SweepConfig, no call back into cloudrl.sweep."""
+    import types
+
+    from cloudrl.sweep_tracking import MlflowTrialCallback, TrialRun, logged_test_metrics
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    planned = {("ppo", "poisson", 0): TrialRun("ppo-poisson-n5-s0", {"algo": "ppo"},
+                                               {"lr": 0.001})}
+    callback = MlflowTrialCallback(uri, "plain", "sweep-1", ("algo", "workload", "run_seed"),
+                                   planned)
+    trial = types.SimpleNamespace(trial_id="t0", num_failures=0,
+                                  config={"algo": "ppo", "workload": "poisson", "run_seed": 0})
+    callback.on_trial_start(0, [], trial)
+    callback.on_trial_result(0, [], trial, {"env_steps": 64, "episode_return_mean": -2.0,
+                                            "not_tracked": 1.0})
+    callback.on_trial_complete(0, [], trial)
+    run = callback.client.get_run(callback.run_ids["t0"])
+    assert run.info.run_name == "ppo-poisson-n5-s0" and run.info.status == "FINISHED"
+    assert run.data.tags["algo"] == "ppo" and run.data.tags["trial_id"] == "t0"
+    assert run.data.params["lr"] == "0.001"
+    assert run.data.metrics == {"env_steps": 64.0, "episode_return_mean": -2.0}
+    assert logged_test_metrics(run) is None  # not evaluated yet
+    again = MlflowTrialCallback(uri, "plain", "sweep-1", ("algo", "workload", "run_seed"), {})
+    assert again.run_id_for("t0") == run.info.run_id  # a resumed driver finds it by tag
