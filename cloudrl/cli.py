@@ -244,7 +244,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if out["failed"]:
         print(f"  retry them from their last checkpoints: "
               f"cloudrl sweep --resume {out['experiment_dir']}", file=sys.stderr)
-    print(f"MLflow: {out['tracking_uri']} experiment {out['experiment']!r}\n"
+    print(f"files (checkpoints, evaluations): {out['experiment_dir']}\n"
+          f"MLflow: {out['tracking_uri']} experiment {out['experiment']!r}\n"
           f"compare: cloudrl compare --experiment {out['experiment']} "
           f"--tracking-uri {out['tracking_uri']}")
     return 1 if out["failed"] else 0
