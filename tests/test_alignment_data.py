@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudrl.alignment import recording
 from cloudrl.alignment.preferences import (
     PAIR_SCHEMA,
     PairDataError,
@@ -23,7 +22,6 @@ from cloudrl.alignment.preferences import (
     write_pairs,
 )
 from cloudrl.alignment.recording import (
-    ensure_msgpack_numpy,
     make_env,
     read_episodes,
     record_episodes,
@@ -303,26 +301,6 @@ def test_segment_statistics_on_hand_made_arrays():
 
 SMALL_ENV = {"n_servers": 5, "sim": {"episode_length": 50}}
 
-# msgpack_numpy 0.4.8's bytes for GOLDEN_OBJ (packb(obj, default=msgpack_numpy.encode))
-GOLDEN_HEX = (
-    "85a36f627385c4026e64c3c40474797065a33c6634c4046b696e64c400c4057368617065920203c404646174"
-    "61c418000000000000803f0000004000004040000080400000a040a16183c4026e64c2c40474797065a33c69"
-    "38c40464617461c4080700000000000000a16d85c4026e64c3c40474797065a37c6231c4046b696e64c400c4"
-    "0573686170659102c40464617461c4020100a172cbbff8000000000000a1789201a179")
-
-
-def test_codec_writes_msgpack_numpy_wire_format():
-    import msgpack
-
-    obj = {"obs": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.int64(7),
-           "m": np.array([True, False]), "r": np.float64(-1.5), "x": [1, "y"]}
-    packed = msgpack.packb(obj, default=recording._encode)
-    assert packed.hex() == GOLDEN_HEX
-    back = msgpack.unpackb(bytes.fromhex(GOLDEN_HEX), object_hook=recording._decode)
-    np.testing.assert_array_equal(back["obs"], obj["obs"])
-    assert back["obs"].dtype == np.float32 and back["a"] == 7 and back["m"].tolist() == [1, 0]
-
-
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
     out = tmp_path_factory.mktemp("demos")
@@ -376,7 +354,6 @@ def test_rllib_offline_reader_reads_recorded_episodes(demos, ray_session):
     from models.masked_ppo import MaskedPPOTorchRLModule
 
     out, _ = demos
-    ensure_msgpack_numpy()
     env = make_env(SMALL_ENV, "flat")
     spaces = (env.observation_space, env.action_space)
     cfg = (BCConfig().environment(observation_space=spaces[0], action_space=spaces[1])

@@ -17,10 +17,8 @@ Files: ``<out>/episodes-<policy>-<tag>-<i>.parquet``, ``episodes_per_file`` epis
 each; ``ray.data.read_parquet(out)`` and ``AlgorithmConfig.offline_data(input_=[out],
 input_read_episodes=True)`` read the directory.
 
-``msgpack_numpy`` is what RLlib imports to decode; when it is not installed, the
-codec below writes and reads its exact wire format (``{b"nd": True, b"type": dtype.str,
-b"kind": b"", b"shape": shape, b"data": bytes}`` for arrays, ``b"nd": False`` for numpy
-scalars), so the files are the same either way.
+``msgpack_numpy`` (what RLlib imports to decode) is a dependency of cloudrl: ``ray[rllib]``
+does not declare it.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgpack_numpy
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,79 +43,19 @@ from envs.env_config import EnvConfig
 ITEM_COLUMN = "item"  # the column ray.data.from_items() gives the packed episodes
 
 
-# ----------------------------------------------------------------------------- codec
-
-
-def _encode(obj: Any) -> Any:
-    """msgpack_numpy.encode's wire format for numpy arrays and scalars."""
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.kind in "VO":
-            raise TypeError(f"cannot pack a numpy array of dtype {obj.dtype}")
-        return {b"nd": True, b"type": obj.dtype.str, b"kind": b"", b"shape": obj.shape,
-                b"data": np.ascontiguousarray(obj).tobytes()}
-    if isinstance(obj, np.bool_ | np.number):
-        return {b"nd": False, b"type": obj.dtype.str, b"data": obj.tobytes()}
-    if isinstance(obj, complex):
-        return {b"complex": True, b"data": repr(obj)}
-    return obj
-
-
-def _decode(obj: dict) -> Any:
-    """msgpack_numpy.decode's inverse of :func:`_encode`."""
-    if b"nd" in obj:
-        dtype = np.dtype(obj[b"type"])
-        if obj[b"nd"] is True:
-            return np.frombuffer(obj[b"data"], dtype=dtype).reshape(obj[b"shape"])
-        return np.frombuffer(obj[b"data"], dtype=dtype)[0]
-    if b"complex" in obj:
-        data = obj[b"data"]
-        return complex(data.decode() if isinstance(data, bytes) else data)
-    return obj
-
-
-def _codec() -> tuple[Any, Any]:
-    try:
-        import msgpack_numpy as mnp
-    except ImportError:
-        return _encode, _decode
-    return mnp.encode, mnp.decode
-
-
-def ensure_msgpack_numpy() -> bool:
-    """Make ``import msgpack_numpy`` (what RLlib's episode readers run) work in this process.
-
-    When the package is missing, registers this module's codec, which has its wire format,
-    as ``msgpack_numpy``; returns True then. Ray Data workers of other processes need the
-    real package (or this call in the worker) to read episodes with RLlib.
-    """
-    import sys
-    import types
-
-    try:
-        import msgpack_numpy  # noqa: F401
-    except ImportError:
-        shim = types.ModuleType("msgpack_numpy")
-        shim.encode, shim.decode = _encode, _decode
-        shim.__doc__ = "cloudrl.alignment.recording's msgpack_numpy-compatible codec"
-        sys.modules["msgpack_numpy"] = shim
-        return True
-    return False
-
-
 def pack_episode(episode) -> bytes:
     """One episode's ``item`` bytes, as ``OfflineEnvRunner`` packs them."""
     if episode.is_numpy:
         raise ValueError("RLlib records episodes before to_numpy(); got a numpy'd episode")
-    encode, _ = _codec()
-    return msgpack.packb(episode.get_state(), default=encode)
+    return msgpack.packb(episode.get_state(), default=msgpack_numpy.encode)
 
 
 def unpack_episode(item: bytes):
     """The ``SingleAgentEpisode`` of one ``item`` (RLlib's reader does the same)."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    _, decode = _codec()
-    return SingleAgentEpisode.from_state(msgpack.unpackb(item, object_hook=decode))
+    return SingleAgentEpisode.from_state(
+        msgpack.unpackb(item, object_hook=msgpack_numpy.decode))
 
 
 # ----------------------------------------------------------------------------- policies
