@@ -42,6 +42,26 @@ def _check_trace(path: str, what: str) -> None:
         raise ConfigError(f"{what}: {e}") from None
 
 
+def _check_checkpoints(checkpoints: list[str], cfg: Any) -> None:
+    """Each checkpoint fits the evaluation's interface and env (before any worker starts)."""
+    from types import SimpleNamespace
+
+    from cloudrl.checkpoint_policy import CheckpointPolicy, read_meta
+    from envs.env_config import EnvConfig
+
+    for path in checkpoints:
+        try:
+            meta = read_meta(path)
+            if meta["interface"] != cfg.interface:
+                raise ValueError(f"{path} acts on the {meta['interface']} interface, the "
+                                 f"evaluation on {cfg.interface}")
+            trained = SimpleNamespace(env_config=EnvConfig.model_validate(meta["env"]),
+                                      path=Path(path))
+            CheckpointPolicy.check_env(trained, cfg.env)  # type: ignore[arg-type]
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(f"--checkpoint: {e}") from None
+
+
 def _eval_out(cfg: Any, checkpoints: list[str], policies: list[str] | None) -> Path:
     """``results/eval_<run>_<workload>_n<N>_<interface>_<split><seeds>``, named by what ran:
     the checkpoints' dir names and the heuristics asked for (else ``heuristics``)."""
@@ -101,6 +121,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.policy or checkpoints:
         overrides["policies"] = checkpoints + (args.policy or ["all"])
     cfg = load_config(EvalConfig, args.config, overrides)
+    _check_checkpoints(checkpoints, cfg)
     if cfg.env.workload.kind == "trace":
         _check_trace(cfg.env.workload.path, "env.workload.path")
     results = evaluate(cfg, progress=not args.quiet)

@@ -50,6 +50,11 @@ class EvalConfig(BaseModel):
             elif name in HEURISTICS:
                 expanded.append(name)
             elif Path(name).exists():
+                from cloudrl.checkpoint_policy import is_checkpoint
+
+                if not is_checkpoint(name):
+                    raise ValueError(f"{name} is not a cloudrl checkpoint (no cloudrl.json "
+                                     f"and RLModule inside)")
                 expanded.append(str(Path(name).resolve()))
             else:
                 raise ValueError(f"unknown policy {name!r}: expected one of "

@@ -85,6 +85,7 @@ CASES = [
     (["evaluate", "--n-servers", "many"], {}, ["--n-servers", "'many'"]),
     (["evaluate", "--checkpoint", "{missing}"], {}, ["--checkpoint", "not a cloudrl checkpoint"]),
     (["evaluate", "--policy", "best"], {}, ["policies", "'best'"]),
+    (["evaluate", "--policy", "."], {}, ["policies", "is not a cloudrl checkpoint"]),
     (["evaluate"], {"CLOUDRL__ENV__SIM__ALPHA": ".inf"},
      ["invalid config (env CLOUDRL__ENV__SIM__ALPHA): env.sim.alpha", "finite", "inf"]),
     (["evaluate"], {"CLOUDRL__ENV__SIM__BETA": "[1"}, ["CLOUDRL__ENV__SIM__BETA", "YAML"]),
@@ -118,6 +119,23 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], environ: dict[str, str],
         monkeypatch.setenv(key, value)
     code, _, err = run([a.format(**files) for a in argv], capsys)
     assert_one_line(code, err, *needles)
+
+
+def test_checkpoint_that_does_not_fit_the_env_is_one_line(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from cloudrl.checkpoint_policy import META_FILE, MODULE_SUBDIR
+
+    ck = tmp_path / "ppo_poisson_n15_s0"
+    (ck / MODULE_SUBDIR).mkdir(parents=True)
+    (ck / META_FILE).write_text(json.dumps({"algo": "ppo", "interface": "flat",
+                                            "env": {"n_servers": 15}}))
+    code, _, err = run(["evaluate", "--checkpoint", str(ck), "--n-servers", "50"], capsys)
+    assert_one_line(code, err, "--checkpoint", "ppo_poisson_n15_s0", "n_servers=15",
+                    "env has 50")
+    code, _, err = run(["evaluate", "--checkpoint", str(ck), "--interface", "branching"], capsys)
+    assert_one_line(code, err, "--checkpoint", "flat interface", "on branching")
 
 
 def test_every_subcommand_is_covered() -> None:
