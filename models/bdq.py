@@ -26,9 +26,15 @@ hook on the trunk output that only the Q heads read, so an auxiliary head attach
 :meth:`representation` keeps its unscaled gradient. ``model_config["scale_trunk_grad"]``
 (default True) turns this off.
 
+Preference-alignment head (``models.alignment_head``): with
+``model_config["alignment_head"]`` the module also has ``alignment_head``, an MLP on the
+trunk output scoring each step; :meth:`alignment_scores` sums it over a segment. Only the
+learner calls it (``BDQTorchLearner`` with ``alignment_weight > 0``), never the forward
+passes, so the Q-values and the TD loss are the same with and without a head.
+
 ``model_config``: ``encoder`` (``EncoderConfig`` fields), ``trunk_hiddens`` (default
-(128,)), ``head_hiddens`` (default (64,)), ``scale_trunk_grad``; from DQNConfig:
-``double_q``, ``epsilon``, ``num_atoms`` (must be 1).
+(128,)), ``head_hiddens`` (default (64,)), ``scale_trunk_grad``, ``alignment_head``;
+from DQNConfig: ``double_q``, ``epsilon``, ``num_atoms`` (must be 1).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from ray.rllib.utils.schedules.scheduler import Scheduler
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 from torch import nn
 
+from models.alignment_head import ALIGNMENT_HEAD, AlignmentHeadMixin, scale_grad
 from models.encoders import MASK_KEY, ClusterEncoder, EncoderConfig, head, mlp, model_config_dict
 
 DEFAULT_TRUNK_HIDDENS = (128,)
@@ -84,20 +91,8 @@ def branch_feasibility(mask: torch.Tensor | None, sizes: list[int], batch: int,
     return feasible | (valid & ~feasible.any(dim=-1, keepdim=True))
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the incoming gradient by ``scale`` backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:  # noqa: D102
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
-        return grad * ctx.scale, None
-
-
-class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
+class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI,
+                       AlignmentHeadMixin):
     """Branching dueling Q-network with a target copy, for ``BDQConfig`` (new API stack)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -125,6 +120,7 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
         self.value_head = head(dim, head_hiddens, 1, act)
         self.advantage_heads = nn.ModuleList(
             head(dim, head_hiddens, n, act) for n in self.branch_sizes)
+        self.build_alignment_head(cfg, dim, act)  # last: the Q-network's init is unchanged
 
     def set_epsilon(self, epsilon: float | list[tuple[int, float]]) -> None:
         """Replace the exploration schedule: a constant or ``[(t, epsilon), ...]``.
@@ -138,6 +134,10 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
     def representation(self, batch: dict[str, Any]) -> torch.Tensor:
         """The shared trunk output ``(B, representation_dim)`` of ``batch[obs]``."""
         return self.trunk(batch[Columns.OBS])
+
+    def alignment_representation(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The trunk output of observations with any leading dims, (..., dim)."""
+        return self.trunk(obs)
 
     def feasibility(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Per-branch feasible sub-actions, bool ``(B, D, max_n)``."""
@@ -171,7 +171,8 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
 
     # -- InferenceOnlyAPI / TargetNetworkAPI ----------------------------------------------
     def get_non_inference_attributes(self) -> list[str]:
-        return ["_target_trunk", "_target_value_head", "_target_advantage_heads"]
+        return ["_target_trunk", "_target_value_head", "_target_advantage_heads",
+                ALIGNMENT_HEAD]
 
     def make_target_networks(self) -> None:
         self._target_trunk = make_target_network(self.trunk)
@@ -236,9 +237,9 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
             rep, rep_next = self.trunk(obs), None
         out: dict[str, Any] = {REPRESENTATION: rep}
         if self.scale_trunk_grad and rep.requires_grad:
-            rep = _ScaleGrad.apply(rep, 1.0 / (self.num_branches + 1))
+            rep = scale_grad(rep, 1.0 / (self.num_branches + 1))
             if rep_next is not None:
-                rep_next = _ScaleGrad.apply(rep_next, 1.0 / (self.num_branches + 1))
+                rep_next = scale_grad(rep_next, 1.0 / (self.num_branches + 1))
         out[QF_PREDS] = self.q_from_representation(rep, feasible)
         if rep_next is not None:
             out[QF_NEXT_PREDS] = self.mask_q(self.q_from_representation(rep_next, next_feasible),

@@ -8,8 +8,10 @@ logits, so an infeasible action has probability zero under RLlib's
 ``model_config`` keys (all optional): ``encoder`` (dict of ``EncoderConfig``
 fields), ``head_hiddens`` (widths of the policy and value heads, default (128,)),
 ``vf_share_encoder`` (default True: the value head reads the policy's encoder;
-False builds a separate critic encoder). RLlib's own ``vf_share_layers`` is not
-read: PPOConfig always injects it as False.
+False builds a separate critic encoder), ``alignment_head`` (the preference-alignment
+head of ``models.alignment_head`` on the policy encoder's output; absent: no head, no
+extra parameters; only the learner reads it, via :meth:`alignment_scores`). RLlib's own
+``vf_share_layers`` is not read: PPOConfig always injects it as False.
 
 The flat masked modules (this one, ``MaskedDQNTorchRLModule``,
 ``MaskedAPPOTorchRLModule``) check in ``setup`` that the action space is the flat
@@ -31,6 +33,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 
+from models.alignment_head import ALIGNMENT_HEAD, AlignmentHeadMixin
 from models.encoders import (
     ClusterEncoder,
     EncoderConfig,
@@ -59,7 +62,8 @@ def mask_logits(logits: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Ten
     return logits + torch.clamp(torch.log(feasible_actions(obs).to(logits.dtype)), min=FLOAT_MIN)
 
 
-class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
+class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI,
+                             AlignmentHeadMixin):
     """Action-masked actor-critic over ``ClusterEncoder`` for PPO on the new API stack."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -80,9 +84,14 @@ class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.vf_encoder = None if self.vf_share_encoder else ClusterEncoder(
             self.observation_space, enc_cfg)
         self.vf = head(enc_cfg.hidden, head_hiddens, 1, enc_cfg.activation, out_std=1.0)
+        self.build_alignment_head(cfg, enc_cfg.hidden, enc_cfg.activation)  # last
 
     def get_non_inference_attributes(self) -> list[str]:
-        return ["vf", "vf_encoder"]
+        return ["vf", "vf_encoder", ALIGNMENT_HEAD]
+
+    def alignment_representation(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The policy encoder's output (the PPO trunk), (..., hidden)."""
+        return self.encoder(obs)
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         obs = batch[Columns.OBS]

@@ -6,6 +6,8 @@
 * :mod:`cloudrl.algorithms.ppo`, :mod:`~cloudrl.algorithms.dqn`,
   :mod:`~cloudrl.algorithms.appo`, :mod:`~cloudrl.algorithms.impala`: RLlib's own
   algorithms, here only their typed hyperparameter defaults;
+  :mod:`~cloudrl.algorithms.masked_ppo`: RLlib's PPO config and learner plus the
+  preference-alignment head (:mod:`~cloudrl.algorithms.alignment_head`, shared with BDQ);
 * :mod:`cloudrl.algorithms.specs`: the table of all of them (``ALGORITHMS``).
 
 Importing this package does not import Ray: the table names classes by import path.

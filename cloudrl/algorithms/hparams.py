@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 @dataclass(frozen=True)
@@ -39,3 +39,16 @@ class Hparams(BaseModel):
         for key, value in self.run_defaults(run).items():
             kwargs.setdefault(key, value)
         return kwargs
+
+
+class AlignmentHparams(Hparams):
+    """The preference-alignment head's settings (BDQ, PPO; see
+    ``cloudrl.algorithms.alignment_head``). None keeps the algorithm config's default: no
+    pairs, weight 0 (the plain algorithm, bit for bit), 32 pairs a step, scale 1."""
+
+    alignment_pairs: str | None = Field(default=None, description="pair dataset directory")
+    alignment_weight: float | None = Field(default=None, ge=0,
+                                           description="weight of the BT loss; 0: off")
+    alignment_batch: int | None = Field(default=None, ge=1, description="pairs per update")
+    alignment_trunk_grad_scale: float | None = Field(
+        default=None, ge=0, description="scale of the BT gradient into the shared trunk")

@@ -1,16 +1,21 @@
-"""PPO (RLlib's, with ``models.masked_ppo.MaskedPPOTorchRLModule``): typed hyperparameters."""
+"""PPO (RLlib's, with ``models.masked_ppo.MaskedPPOTorchRLModule``): typed hyperparameters.
+
+The config and learner (RLlib's PPO plus the preference-alignment head) are in
+:mod:`cloudrl.algorithms.masked_ppo`; this module stays free of Ray.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from cloudrl.algorithms.hparams import Hparams
+from cloudrl.algorithms.hparams import AlignmentHparams
 
 
-class PPOHparams(Hparams):
+class PPOHparams(AlignmentHparams):
     """``PPOConfig.training(...)`` arguments with cloudrl's defaults (flat interface).
 
     Batches of 2,000 env steps, 4 epochs of 250-step minibatches; ``lambda_`` is GAE's.
+    The ``alignment_*`` fields are the preference-alignment head's (``MaskedPPOConfig``).
     """
 
     lr: float = Field(default=3e-4, gt=0)

@@ -62,7 +62,7 @@ class AlgorithmSpec:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
-    AlgorithmSpec("ppo", "ray.rllib.algorithms.ppo:PPOConfig",
+    AlgorithmSpec("ppo", "cloudrl.algorithms.masked_ppo:MaskedPPOConfig",
                   "models.masked_ppo:MaskedPPOTorchRLModule", "flat", "sync", PPOHparams,
                   samples_actions=True),
     AlgorithmSpec("dqn", "ray.rllib.algorithms.dqn:DQNConfig",

@@ -35,6 +35,12 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from cloudrl.algorithms.alignment_head import (
+    configure_alignment,
+    head_model_config,
+    init_alignment,
+    validate_alignment,
+)
 from cloudrl.algorithms.bdq.bdq_learner import BDQTorchLearner
 from cloudrl.algorithms.bdq.training_step import (
     buffer_checkpoint_state,
@@ -62,6 +68,12 @@ class BDQConfig(DQNConfig):
     ``num_learners=0``); alpha and
     beta come from ``replay_buffer_config``, ``n_step`` and ``gamma`` as usual.
     ``device_replay_checkpoint`` puts the buffer's tensors into the algorithm checkpoint.
+
+    ``training(alignment_pairs=DIR, alignment_weight=w, alignment_batch=b,
+    alignment_trunk_grad_scale=g)``: the preference-alignment head
+    (:mod:`cloudrl.algorithms.alignment_head`); with ``w > 0`` the module gets the head
+    (``model_config["alignment_head"]``) and the loss ``w * BT`` on ``b`` pairs a step.
+    Defaults: no pairs, weight 0 (plain BDQ, bit for bit), 32 pairs, scale 1.
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -73,13 +85,23 @@ class BDQConfig(DQNConfig):
         self.device_replay = False
         self.device_replay_capacity = 100_000
         self.device_replay_checkpoint = False
+        init_alignment(self)
 
     def training(self, *, device_replay: bool | None = NotProvided,
                  device_replay_capacity: int | None = NotProvided,
                  device_replay_checkpoint: bool | None = NotProvided,
+                 alignment_pairs: str | None = NotProvided,
+                 alignment_weight: float | None = NotProvided,
+                 alignment_batch: int | None = NotProvided,
+                 alignment_trunk_grad_scale: float | None = NotProvided,
                  **kwargs: Any) -> BDQConfig:
-        """``DQNConfig.training`` plus the device-replay switches (see the class docstring)."""
+        """``DQNConfig.training`` plus the device-replay switches and the alignment head's
+        settings (see the class docstring)."""
         super().training(**kwargs)
+        configure_alignment(self, {
+            "alignment_pairs": alignment_pairs, "alignment_weight": alignment_weight,
+            "alignment_batch": alignment_batch,
+            "alignment_trunk_grad_scale": alignment_trunk_grad_scale})
         if device_replay is not NotProvided:
             self.device_replay = bool(device_replay)
         if device_replay_capacity is not NotProvided:
@@ -96,6 +118,10 @@ class BDQConfig(DQNConfig):
         there instead of from the metrics (Ape-X BDQ sets it for its shards too).
         """
         return bool(self.device_replay) and self.num_learners == 0
+
+    @property
+    def _model_config_auto_includes(self) -> dict[str, Any]:
+        return super()._model_config_auto_includes | head_model_config(self)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         return RLModuleSpec(module_class=BDQTorchRLModule, model_config=self.model_config)
@@ -117,6 +143,7 @@ class BDQConfig(DQNConfig):
             self._value_error("device_replay needs the local learner (num_learners=0)")
         if self.device_replay and self.device_replay_capacity < 1:
             self._value_error("device_replay_capacity must be >= 1")
+        validate_alignment(self)
 
 
 class BDQ(DQN):

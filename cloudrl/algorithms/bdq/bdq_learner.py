@@ -19,6 +19,10 @@ prioritized buffer needs one value per sampled transition. Here: gather per bran
 summed priorities. Actions arrive as int32 ``(D,)`` rows (RLlib's ``TensorToNumpy``
 connector narrows the module's int64 actions); the loss casts them to int64.
 
+Preference-alignment head (``alignment_weight > 0`` with ``alignment_pairs``): the loss
+returned is ``TD loss + alignment_weight * BT`` (:mod:`cloudrl.algorithms.alignment_head`);
+``qf_loss`` stays the TD part alone. Weight 0 adds nothing and draws nothing.
+
 With the device replay the batch carries a per-sample ``discounts`` column (``gamma**k``,
 ``k`` truncated at episode ends) that the loss reads instead of ``n_step``.
 """
@@ -43,6 +47,8 @@ from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.metrics import TD_ERROR_KEY
 from torch import nn
+
+from cloudrl.algorithms.alignment_head import add_alignment_loss
 
 DISCOUNTS = "discounts"
 
@@ -114,4 +120,4 @@ class BDQTorchLearner(DQNTorchLearner):
              QF_MAX_KEY: q_selected.max(), QF_MIN_KEY: q_selected.min(),
              TD_ERROR_MEAN_KEY: td_error.mean()},
             key=module_id, window=1)
-        return total_loss
+        return add_alignment_loss(self, module_id, config, total_loss)

@@ -5,13 +5,15 @@ from __future__ import annotations
 from pydantic import Field
 
 from cloudrl.algorithms.dqn import EpsilonGreedyHparams
+from cloudrl.algorithms.hparams import AlignmentHparams
 
 
-class BDQHparams(EpsilonGreedyHparams):
+class BDQHparams(EpsilonGreedyHparams, AlignmentHparams):
     """``BDQConfig.training(...)`` arguments: DQN's defaults, always dueling.
 
     ``double_q`` left at None keeps ``BDQConfig``'s double-Q target; the device-replay
-    switches are ``BDQConfig``'s (see :mod:`cloudrl.algorithms.bdq.bdq`).
+    switches and the alignment head's ``alignment_*`` settings are ``BDQConfig``'s (see
+    :mod:`cloudrl.algorithms.bdq.bdq`).
     """
 
     double_q: bool | None = None
