@@ -28,6 +28,19 @@ def service_config(args: argparse.Namespace) -> Any:
     return load_config(ServiceConfig, args.config, overrides)
 
 
+def check_policies(cfg: Any) -> None:
+    """Load the policy (and canary) once here, so a bad spec is one line before Ray starts."""
+    from serve_apps.runtime import PolicySpecError, ServedPolicy
+
+    for field, spec in (("policy", cfg.policy), ("canary", cfg.canary)):
+        if spec is None:
+            continue
+        try:
+            ServedPolicy(spec, "check", cfg.env, cfg.interface)
+        except PolicySpecError as e:
+            raise ConfigError(f"{field}: {e}") from None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import time
 
@@ -37,6 +50,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from serve_apps.app import build_app
 
     cfg = service_config(args)
+    check_policies(cfg)
     init_ray()
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
