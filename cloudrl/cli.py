@@ -368,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--num-gpus-per-learner", type=float,
                     help="GPUs for the learner (cluster; default 0 = CPU)")
     tr.add_argument("--hparams", help="JSON dict passed to AlgorithmConfig.training()")
-    tr.add_argument("--out", help="checkpoint directory")
+    tr.add_argument("--out", help="checkpoint directory (default: results/checkpoints/"
+                                  "<algo>_<workload>_n<N>_s<run seed>)")
     tr.add_argument("--checkpoint-every", type=int,
                     help="checkpoint every k iterations (default 0: at the end only)")
     tr.add_argument("--resume", action="store_true",

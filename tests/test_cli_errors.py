@@ -203,6 +203,27 @@ def test_out_defaults_are_shown() -> None:
             "<interface>_<split><n seeds>)") in _help(_subparser("evaluate"))
     export = _subparser("feedback")._subparsers._group_actions[0].choices["export"]  # noqa: SLF001
     assert "(default: results/feedback.jsonl)" in _help(export)
+    assert "(default: results/checkpoints/<algo>_" in _help(_subparser("train"))
+
+
+def _all_parsers(parser: argparse.ArgumentParser, path: str = "cloudrl"
+                 ) -> list[tuple[str, argparse.ArgumentParser]]:
+    out = [(path, parser)]
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for name, sub in action.choices.items():
+                out += _all_parsers(sub, f"{path} {name}")
+    return out
+
+
+def test_every_out_option_says_its_default_or_is_required() -> None:
+    from cloudrl.cli import build_parser
+
+    missing = [f"{path} --out" for path, parser in _all_parsers(build_parser())
+               for action in parser._actions  # noqa: SLF001
+               if "--out" in action.option_strings and not action.required
+               and "default" not in (action.help or "")]
+    assert not missing, f"--out without its default in the help: {missing}"
 
 
 # -------------------------------------------------------------------------- outputs
