@@ -88,8 +88,12 @@ class TrainConfig(BaseModel):
         return {**env.model_dump(mode="json"), "reward_scale": self.reward_scale}
 
 
-def build_algo_config(cfg: TrainConfig):
-    """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds)."""
+def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None = None):
+    """The RLlib AlgorithmConfig of ``cfg`` (new API stack, masked module, train seeds).
+
+    ``configure(config)``, when given, runs last (e.g. phase 3 of alignment adds its
+    learner connector, learner class and callbacks:
+    ``cloudrl.alignment.phase3.configure_phase3``)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from cloudrl.callbacks import ClusterMetricsCallback
@@ -113,6 +117,8 @@ def build_algo_config(cfg: TrainConfig):
     )
     if spec.configure is not None:
         spec.configure(config)
+    if configure is not None:
+        configure(config)
     return config
 
 
@@ -188,15 +194,17 @@ def checkpoint_path(cfg: TrainConfig) -> Path:
 
 def train(cfg: TrainConfig,
           on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+          configure: Callable[[Any], None] | None = None,
           ) -> tuple[Path, list[dict[str, float]]]:
     """Train to ``cfg.env_steps``; returns (checkpoint dir, per-iteration metrics).
 
     With ``checkpoint_every=k`` the run checkpoints every k iterations; with ``resume``
     it starts from the checkpoint at :func:`checkpoint_path` when there is one (weights,
     optimizer, replay state RLlib keeps, and the env-step counter), so a run whose driver
-    died goes on where its last checkpoint left it.
+    died goes on where its last checkpoint left it. ``configure`` is
+    :func:`build_algo_config`'s.
     """
-    config = build_algo_config(cfg)
+    config = build_algo_config(cfg, configure)
     check_cluster_fits(config)
     algo = config.build_algo()
     out = checkpoint_path(cfg)

@@ -47,6 +47,9 @@ class AlgorithmSpec:
     configure: Callable[[Any], None] | None = None  # extra AlgorithmConfig settings
     min_env_runners: int = 0  # its actors are remote env runners (Ape-X)
     samples_actions: bool = False  # a trained policy samples by default (actor-critic)
+    # phase 3 of alignment (learned reward + anchor to the phase-1 policy): the learner
+    # class with the anchor (cloudrl.algorithms.anchor); None: no phase 3 for it
+    anchored_learner: str | None = None
 
     def new_config(self) -> Any:
         """An empty RLlib ``AlgorithmConfig`` of this algorithm."""
@@ -64,14 +67,17 @@ class AlgorithmSpec:
 ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
     AlgorithmSpec("ppo", "cloudrl.algorithms.masked_ppo:MaskedPPOConfig",
                   "models.masked_ppo:MaskedPPOTorchRLModule", "flat", "sync", PPOHparams,
-                  samples_actions=True),
+                  samples_actions=True,
+                  anchored_learner="cloudrl.algorithms.anchor:AnchoredPPOTorchLearner"),
     AlgorithmSpec("dqn", "ray.rllib.algorithms.dqn:DQNConfig",
                   "models.masked_dqn:MaskedDQNTorchRLModule", "flat", "sync", DQNHparams),
     AlgorithmSpec("bdq", "cloudrl.algorithms.bdq.bdq:BDQConfig",
-                  "models.bdq:BDQTorchRLModule", "branching", "sync", BDQHparams),
+                  "models.bdq:BDQTorchRLModule", "branching", "sync", BDQHparams,
+                  anchored_learner="cloudrl.algorithms.anchor:AnchoredBDQTorchLearner"),
     AlgorithmSpec("appo", "ray.rllib.algorithms.appo:APPOConfig",
                   "models.masked_appo:MaskedAPPOTorchRLModule", "flat", "async", APPOHparams,
-                  configure=iterations_per_train_batch, samples_actions=True),
+                  configure=iterations_per_train_batch, samples_actions=True,
+                  anchored_learner="cloudrl.algorithms.anchor:AnchoredAPPOTorchLearner"),
     AlgorithmSpec("impala", "ray.rllib.algorithms.impala:IMPALAConfig",
                   "models.masked_ppo:MaskedPPOTorchRLModule", "flat", "async", IMPALAHparams,
                   configure=iterations_per_train_batch, samples_actions=True),

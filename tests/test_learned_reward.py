@@ -1,0 +1,337 @@
+"""Phase 3 of alignment: the learned-reward connector (PPO and BDQ), the anchors, re-querying.
+
+Tiny env (5 servers, 50-step episodes). Rewards are checked on the batches RLlib's own
+learner connector pipelines build (PPO: after GAE's extra step; BDQ: n-step replay).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from envs.env_config import EnvConfig
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ENV = EnvConfig.model_validate({"n_servers": 5, "sim": {"episode_length": 50}})
+NET = {"hidden": 16, "macro_hiddens": [16], "row_hiddens": [16], "head_hiddens": [16]}
+SCALE, TARGET_STD, GAMMA = 0.01, 2.0, 0.9
+
+
+def rollout(interface: str, steps: int, seed: int = 3):
+    """A SingleAgentEpisode of random feasible actions, with its obs list and env rewards."""
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from cloudrl.alignment.recording import make_env
+
+    env = make_env(ENV, interface)
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed)
+    ep = SingleAgentEpisode(observation_space=env.observation_space,
+                            action_space=env.action_space)
+    ep.add_env_reset(observation=obs, infos=info)
+    observations, rewards = [obs], []
+    for _ in range(steps):
+        action = env.action_space.sample()
+        if interface == "flat":
+            action = int(rng.choice(np.flatnonzero(obs["action_mask"] > 0.5)))
+        obs, r, term, trunc, info = env.step(action)
+        r = float(r) * SCALE
+        ep.add_env_step(observation=obs, action=action, reward=r, infos=info)
+        observations.append(obs)
+        rewards.append(r)
+    return ep, observations, np.asarray(rewards, np.float32)
+
+
+@pytest.fixture(scope="module")
+def reward(tmp_path_factory):
+    """A random small reward ensemble for the tiny env: (model, payload)."""
+    from cloudrl.alignment.learned_reward import reward_payload
+    from cloudrl.alignment.reward_model import RewardModelConfig, net_spec
+    from models.reward_net import build_reward_ensemble
+
+    _, observations, _ = rollout("flat", 1)
+    o = observations[0]
+    shape = {"macro_dim": o["macro"].shape[0], "n_servers": o["servers"].shape[0],
+             "server_dim": o["servers"].shape[1], "k_slots": o["jobs"].shape[0],
+             "job_dim": o["jobs"].shape[1]}
+    torch.manual_seed(0)
+    spec = net_spec(RewardModelConfig(net=NET, ensemble_size=2), shape)
+    model = build_reward_ensemble(spec).eval()
+    return model, reward_payload(model, spec, mean=0.3, std=0.05)
+
+
+def expected_model_rewards(model, next_obs: list) -> np.ndarray:
+    with torch.no_grad():
+        batch = {k: torch.as_tensor(np.stack([o[k] for o in next_obs]), dtype=torch.float32)
+                 for k in ("macro", "servers", "jobs")}
+        raw = model(batch).mean(0).double().numpy()
+    return SCALE * TARGET_STD * (raw - 0.3) / 0.05
+
+
+def tiny_train_config(algo: str, hparams: dict | None = None):
+    from cloudrl.training import TrainConfig
+
+    defaults = ({"train_batch_size_per_learner": 100, "minibatch_size": 50, "num_epochs": 1}
+                if algo == "ppo" else {"num_steps_sampled_before_learning_starts": 0,
+                                       "gamma": GAMMA})
+    return TrainConfig(algo=algo, env=ENV, env_steps=200, hidden=16, envs_per_runner=1,
+                       reward_scale=SCALE, hparams={**defaults, **(hparams or {})})
+
+
+def build(algo: str, payload, *, mix: float = 1.0, anchor: dict | None = None,
+          requery=None, hparams: dict | None = None):
+    from cloudrl.alignment.phase3 import configure_phase3
+    from cloudrl.training import build_algo_config
+
+    cfg = tiny_train_config(algo, hparams)
+    if payload is None:
+        return build_algo_config(cfg).build_algo()
+    return build_algo_config(cfg, lambda c: configure_phase3(
+        c, algo, reward=payload, mix=mix, reward_scale=SCALE, target_std=TARGET_STD,
+        anchor=anchor or {}, requery=requery)).build_algo()
+
+
+def learner_batch(algo, episodes) -> dict:
+    learner = algo.learner_group._learner
+    batch = learner._learner_connector(rl_module=learner.module, batch={},
+                                       episodes=episodes, shared_data={}, metrics=None)
+    return {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
+            for k, v in batch["default_policy"].items() if not isinstance(v, dict)}
+
+
+# ----------------------------------------------------------------------------- connector
+
+
+def test_ppo_connector_replaces_then_mixes_rewards_before_gae(reward):
+    from ray.rllib.core.columns import Columns
+
+    from cloudrl.alignment.learned_reward import find_connector
+
+    model, payload = reward
+    algo = build("ppo", payload, mix=1.0)
+    try:
+        ep, observations, env_r = rollout("flat", 12)
+        want = expected_model_rewards(model, observations[1:])
+        batch = learner_batch(algo, [copy.deepcopy(ep)])
+        rewards, mask = batch[Columns.REWARDS], batch[Columns.LOSS_MASK].astype(bool)
+        assert mask.sum() == 12 and not mask[-1]  # GAE's artificial step is masked ...
+        np.testing.assert_allclose(rewards[mask], want, rtol=1e-5, atol=1e-7)
+        assert rewards[~mask][0] == 0.0  # ... and keeps its 0 reward
+        assert not np.allclose(want, env_r, atol=1e-3)  # the test can tell them apart
+        assert "advantages" in batch and "value_targets" in batch
+
+        find_connector(algo.learner_group._learner).mix = 0.5
+        batch = learner_batch(algo, [copy.deepcopy(ep)])
+        np.testing.assert_allclose(batch[Columns.REWARDS][mask], 0.5 * want + 0.5 * env_r,
+                                   rtol=1e-5, atol=1e-7)
+    finally:
+        algo.stop()
+
+
+def test_bdq_connector_n_step_sums_use_rewritten_rewards(reward):
+    from ray.rllib.core.columns import Columns
+
+    from cloudrl.alignment.learned_reward import find_connector
+
+    model, payload = reward
+    algo = build("bdq", payload, mix=1.0, hparams={"n_step": 3})
+    try:
+        ep, observations, env_r = rollout("branching", 15)
+        model_r = expected_model_rewards(model, observations[1:])
+        buffer = algo.local_replay_buffer
+        assert type(buffer).__name__ == "LearnedRewardPrioritizedEpisodeReplayBuffer"
+        buffer.add([ep.to_numpy()])
+        for mix in (1.0, 0.5):
+            find_connector(algo.learner_group._learner).mix = mix
+            sampled = buffer.sample(num_items=16, n_step=3, gamma=GAMMA)
+            starts = [int(s.t_started) for s in sampled]
+            batch = learner_batch(algo, sampled)
+            disc = GAMMA ** np.arange(3)
+            want = [mix * float(model_r[t:t + 3] @ disc)
+                    + (1 - mix) * float(env_r[t:t + 3].astype(np.float64) @ disc)
+                    for t in starts]
+            np.testing.assert_allclose(batch[Columns.REWARDS], want, rtol=1e-5, atol=1e-7)
+            assert (batch["n_step"] == 3).all()
+    finally:
+        algo.stop()
+
+
+def test_nstep_without_intermediate_observations_is_an_error(reward):
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from cloudrl.alignment.learned_reward import LearnedRewardConnector
+
+    _, payload = reward
+    ep, observations, _ = rollout("flat", 3)
+    replayed = SingleAgentEpisode(observations=[observations[0], observations[3]],
+                                  actions=[0], rewards=[0.0],
+                                  extra_model_outputs={"n_step": [3]}, len_lookback_buffer=0)
+    piece = LearnedRewardConnector(reward=payload)
+    with pytest.raises(ValueError, match="LearnedRewardPrioritizedEpisodeReplayBuffer"):
+        piece(rl_module=None, batch={}, episodes=[replayed], shared_data={})
+
+
+# ----------------------------------------------------------------------------- anchors
+
+
+def _state(algo) -> dict:
+    return {k: v.detach().clone() for k, v in
+            algo.learner_group._learner.module["default_policy"].state_dict().items()}
+
+
+def _update(algo, episodes, **kw) -> dict:
+    np.random.seed(0)
+    torch.manual_seed(0)
+    algo.learner_group.update(episodes=copy.deepcopy(episodes), **kw)
+    return _state(algo)
+
+
+def _same_start(a, b) -> None:
+    """``b``'s module (and target networks) set to ``a``'s weights."""
+    b.learner_group._learner.module["default_policy"].load_state_dict(_state(a))
+    for algo in (a, b):
+        module = algo.learner_group._learner.module["default_policy"]
+        for target, online in getattr(module, "get_target_network_pairs", list)():
+            target.load_state_dict(online.state_dict())
+
+
+@pytest.mark.parametrize("algo_name", ["ppo", "bdq"])
+def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path):
+    from cloudrl.algorithms.specs import load, spec_of
+    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.training import build_algo_config
+
+    anchored_cls = load(spec_of(algo_name).anchored_learner)
+    interface = spec_of(algo_name).interface
+    plain = build(algo_name, None)
+    ref_dir = tmp_path / "bc"
+    plain.learner_group._learner.module["default_policy"].save_to_path(str(ref_dir))
+    record_episodes("power_aware", tmp_path / "demos", env_config=ENV, interface=interface,
+                    episodes=1, max_steps=20)
+    cfg = tiny_train_config(algo_name)
+    algos = {}
+    for coeff in (0.0, 1.0):
+        anchor = {"coeff": coeff, "module": str(ref_dir), "demos": str(tmp_path / "demos"),
+                  "batch": 16}
+        algos[coeff] = build_algo_config(cfg, lambda c, a=anchor: c.learners(
+            learner_class=anchored_cls, learner_config_dict={"anchor": a})).build_algo()
+        assert isinstance(algos[coeff].learner_group._learner, anchored_cls)
+    try:
+        if algo_name == "ppo":
+            episodes = plain.env_runner.sample(num_timesteps=100, random_actions=False)
+            kw = {"minibatch_size": 50, "num_epochs": 1}
+        else:
+            buffer = plain.local_replay_buffer
+            buffer.add(plain.env_runner.sample(num_timesteps=64, random_actions=True))
+            episodes = buffer.sample(num_items=32, n_step=1, gamma=0.99, beta=0.4)
+            kw = {}
+        for a in algos.values():
+            _same_start(plain, a)
+        before = _state(plain)
+        want = _update(plain, episodes, **kw)
+        got0 = _update(algos[0.0], episodes, **kw)
+        got1 = _update(algos[1.0], episodes, **kw)
+        assert any(not torch.equal(want[k], before[k]) for k in want)  # it learned
+        for k in want:
+            assert torch.equal(want[k], got0[k]), k  # weight 0: plain, bit for bit
+        assert any(not torch.equal(want[k], got1[k]) for k in want)  # weight 1 differs
+    finally:
+        plain.stop()
+        for a in algos.values():
+            a.stop()
+
+
+def test_kl_anchor_is_zero_against_itself_and_positive_otherwise():
+    from cloudrl.algorithms.anchor import masked_kl
+
+    logits = torch.tensor([[1.0, 2.0, -3.4e38], [0.5, 0.5, 0.0]])
+    assert torch.allclose(masked_kl(logits, logits), torch.zeros(2))
+    other = torch.tensor([[2.0, 1.0, -3.4e38], [0.0, 0.5, 0.5]])
+    kl = masked_kl(logits, other)
+    p = torch.softmax(torch.tensor([1.0, 2.0]), 0)
+    q = torch.softmax(torch.tensor([2.0, 1.0]), 0)
+    assert torch.isclose(kl[0], (p * (p.log() - q.log())).sum())
+    assert (kl > 0).all() and torch.isfinite(kl).all()
+
+
+# ----------------------------------------------------------------------------- re-query
+
+
+def test_requery_adds_teacher_pairs_and_changes_the_learner_reward(reward, tmp_path):
+    from cloudrl.alignment.learned_reward import learner_reward_state
+    from cloudrl.alignment.preferences import read_pairs
+    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.alignment.requery import Requery, RequeryConfig
+    from cloudrl.alignment.teacher import TeacherConfig, make_teacher_pairs
+
+    model, payload = reward
+    record_episodes("power_aware", tmp_path / "demos", env_config=ENV, episodes=1)
+    make_teacher_pairs(str(tmp_path / "demos"), 12, 5, 0, tmp_path / "pairs")
+    pairs = read_pairs(tmp_path / "pairs")
+    rq = Requery(RequeryConfig(every=1, pairs=6, label_budget=9, epochs=2, lr=1e-2),
+                 TeacherConfig(), copy.deepcopy(model), payload["spec"], pairs,
+                 tmp_path / "requery")
+    algo = build("ppo", payload, requery=rq)
+    try:
+        before = learner_reward_state(algo)[0]["reward"]["state_dict"]
+        first = algo.train()["learned_reward"]
+        assert first["new_pairs"] == 6 and first["labels_used"] == 6
+        assert first["pairs_total"] == 12 + 6 and first["episodes"] >= 1
+        assert len(read_pairs(tmp_path / "requery" / "pairs")) == 6
+        after = learner_reward_state(algo)[0]
+        assert after["version"] == 1
+        assert any(not torch.equal(before[k], after["reward"]["state_dict"][k]) for k in before)
+        second = algo.train()["learned_reward"]
+        assert second["new_pairs"] == 3 and second["labels_used"] == 9  # budget spent
+        assert "learned_reward" not in algo.train()  # no labels left: no re-query
+        assert len(read_pairs(tmp_path / "requery" / "pairs")) == 9
+    finally:
+        algo.stop()
+
+
+def test_requery_cuts_segments_across_sampled_chunks():
+    from cloudrl.alignment.requery import collect_episodes, pop_episodes
+
+    ep, _, _ = rollout("flat", 12)
+    first, rest = ep.slice(slice(0, 5)), ep.slice(slice(5, 12))
+
+    class Runner:
+        pass
+
+    runner = Runner()
+    collect_episodes(env_runner=runner, samples=[first], max_episodes=4)
+    collect_episodes(env_runner=runner, samples=[rest], max_episodes=4)
+    (joined,) = pop_episodes(runner)
+    assert joined.length == 12 and joined.macro.shape[0] == 13
+    whole = __import__("cloudrl.alignment.teacher", fromlist=["x"]).episode_data(ep)
+    np.testing.assert_array_equal(joined.macro, whole.macro)
+    np.testing.assert_array_equal(joined.violations, whole.violations)
+    assert pop_episodes(runner) == []
+
+
+def test_phase3_checkpoint_loads_in_cloudrl_evaluate(reward, tmp_path):
+    from cloudrl.alignment.phase3 import Phase3Config, train_phase3
+    from cloudrl.alignment.pipeline import evaluate_checkpoint
+    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.alignment.reward_model import _write_checkpoint
+    from cloudrl.alignment.teacher import make_teacher_pairs
+
+    model, payload = reward
+    record_episodes("power_aware", tmp_path / "demos", env_config=ENV, episodes=1)
+    make_teacher_pairs(str(tmp_path / "demos"), 8, 5, 0, tmp_path / "pairs")
+    (tmp_path / "rm").mkdir()
+    _write_checkpoint(tmp_path / "rm", model, payload["spec"], [], {})
+    cfg = Phase3Config(env_steps=100, reward_model=str(tmp_path / "rm"),
+                       pairs=str(tmp_path / "pairs"), bc_module=None, hidden=16,
+                       envs_per_runner=1, out=str(tmp_path / "policy"),
+                       hparams={"train_batch_size_per_learner": 100, "minibatch_size": 50,
+                                "num_epochs": 1})
+    res = train_phase3(cfg, ENV)
+    assert Path(res.checkpoint, "phase3.json").is_file()
+    row = evaluate_checkpoint(res.checkpoint, ENV, n_seeds=2)
+    assert row["episodes"] == 2 and np.isfinite(row["episode_reward_mean"])
