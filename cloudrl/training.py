@@ -58,12 +58,24 @@ class TrainConfig(BaseModel):
                                   description="checkpoint every k iterations (0: at the end)")
     resume: bool = Field(default=False,
                          description="start from the checkpoint in checkpoint_dir if present")
+    init_module_state: str | None = Field(
+        default=None, description="start the RLModule from this saved state "
+        "(RLModuleSpec load_state_path), e.g. the out dir of cloudrl align bc")
 
     @field_validator("hparams")
     @classmethod
     def _typed_hparams(cls, hparams: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         algo = info.data.get("algo")
         return checked_hparams(algo, hparams) if algo is not None else hparams
+
+    @model_validator(mode="after")
+    def _init_state_fits(self) -> TrainConfig:
+        if self.init_module_state is not None:
+            from cloudrl.alignment.bc import check_module_state
+
+            self.init_module_state = check_module_state(self.init_module_state, self.algo,
+                                                        self.hidden)
+        return self
 
     @model_validator(mode="after")
     def _enough_env_runners(self) -> TrainConfig:
@@ -110,7 +122,8 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
         .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner)
         .training(**cfg.training_kwargs())
         .rl_module(rl_module_spec=RLModuleSpec(module_class=spec.module(), model_config={
-            "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]}))
+            "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]},
+            load_state_path=cfg.init_module_state))
         .callbacks(ClusterMetricsCallback)
         .debugging(seed=cfg.run_seed)
         .reporting(metrics_num_episodes_for_smoothing=20)

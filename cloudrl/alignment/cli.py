@@ -7,7 +7,10 @@
 * ``cloudrl align operator-pairs --db results/serve/state.db --out DIR``: the feedback
   store's operator pairs with inline trajectories, in the same schema
   (:func:`cloudrl.feedback.export_pairs`); ``cloudrl feedback export --format pairs`` is
-  the same command.
+  the same command;
+* ``cloudrl align bc --demos DIR --interface flat --out DIR [--num-workers 2]``:
+  behaviour cloning on Ray Train + Accelerate (:mod:`.bc`); ``--out`` holds an RLModule
+  state that ``cloudrl train`` starts from with ``init_module_state``.
 
 Every command takes ``--config experiments/align.yaml`` (an :class:`AlignConfig`;
 ``CLOUDRL__RECORD__EPISODES=8``-style variables and flags override it). Bad input is
@@ -22,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cloudrl.alignment.bc import BCConfig
 from cloudrl.alignment.teacher import TeacherConfig
 from cloudrl.config import ConfigError, load_config
 from envs.env_config import EnvConfig
@@ -74,6 +78,7 @@ class AlignConfig(_Strict):
     pairs: PairsConfig = Field(default_factory=PairsConfig)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     operator: OperatorPairsConfig = Field(default_factory=OperatorPairsConfig)
+    bc: BCConfig = Field(default_factory=BCConfig)
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -165,6 +170,29 @@ def cmd_operator_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bc(args: argparse.Namespace) -> int:
+    from cloudrl.alignment.bc import train_bc
+    from cloudrl.ray_utils import init_ray
+
+    sec: dict[str, Any] = {}
+    for key in ("demos", "interface", "epochs", "batch_size", "lr", "num_workers", "seed",
+                "out"):
+        _set(sec, key, getattr(args, key))
+    if args.no_mlflow:
+        sec["mlflow"] = False
+    cfg = load_config(AlignConfig, args.config, {"bc": sec} if sec else {}).bc
+    if cfg.num_workers > 0:
+        init_ray()
+    try:
+        result = train_bc(cfg)
+    except ValueError as e:
+        raise ConfigError(f"bc.{e}") from None
+    print(json.dumps({"out": str(result.out), "interface": cfg.interface,
+                      "samples": result.meta["samples"], "final": result.final,
+                      "mlflow_run": result.run_id}))
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -183,7 +211,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``align record|pairs|operator-pairs`` to a CLI's subparsers."""
+    """Add ``align record|pairs|operator-pairs|bc`` to a CLI's subparsers."""
     align = subparsers.add_parser("align", help="preference alignment: demonstrations, "
                                                 "teacher and operator pair datasets")
     sub = align.add_subparsers(dest="align_command", required=True)
@@ -219,4 +247,20 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     op.add_argument("--cut", choices=("head", "tail"), help="which steps a longer trajectory "
                     "keeps (default head)")
     op.set_defaults(func=cmd_operator_pairs)
+
+    bc = sub.add_parser("bc", help="behaviour cloning on the demonstrations (Ray Train + "
+                                   "Accelerate); writes an RLModule state to start from")
+    bc.add_argument("--config", metavar="YAML", help="AlignConfig file (its bc: section)")
+    bc.add_argument("--demos", help="directory of recorded episodes (default "
+                    "results/align/demos)")
+    bc.add_argument("--interface", choices=("flat", "branching"), help="default flat")
+    bc.add_argument("--epochs", type=_positive, help="default 10")
+    bc.add_argument("--batch-size", type=_positive, help="global batch (default 256)")
+    bc.add_argument("--lr", type=float, help="Adam step size (default 1e-3)")
+    bc.add_argument("--num-workers", type=int, help="Ray Train workers (default 1; 0: "
+                    "train in this process, without Ray)")
+    bc.add_argument("--seed", type=int, help="init and batch order seed (default 0)")
+    bc.add_argument("--out", help="output directory (default results/align/bc)")
+    bc.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
+    bc.set_defaults(func=_cmd_bc)
     return align
