@@ -26,6 +26,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cloudrl.alignment.bc import BCConfig
+from cloudrl.alignment.phase3 import Phase3Config
+from cloudrl.alignment.pipeline import PipelineConfig, register_commands
+from cloudrl.alignment.reward_model import RewardModelConfig
 from cloudrl.alignment.teacher import TeacherConfig
 from cloudrl.config import ConfigError, load_config
 from envs.env_config import EnvConfig
@@ -79,6 +82,10 @@ class AlignConfig(_Strict):
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     operator: OperatorPairsConfig = Field(default_factory=OperatorPairsConfig)
     bc: BCConfig = Field(default_factory=BCConfig)
+    reward: RewardModelConfig = Field(
+        default_factory=lambda: RewardModelConfig(data="results/align/pairs"))
+    train: Phase3Config = Field(default_factory=Phase3Config)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -263,4 +270,5 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     bc.add_argument("--out", help="output directory (default results/align/bc)")
     bc.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
     bc.set_defaults(func=_cmd_bc)
+    register_commands(sub, _common, _config)  # reward, train, pipeline (.pipeline)
     return align
