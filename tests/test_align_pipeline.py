@@ -82,3 +82,24 @@ def test_train_without_reward_model_is_one_line_exit_2(tmp_path, capsys, monkeyp
     code = main(["align", "train", "--mix", "1.5"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "train.mix" in err[0]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_pipeline_real_size_from_align_yaml(tmp_path):
+    """experiments/align.yaml as shipped (N=15, 1,000 pairs, 20k PPO steps), outputs in tmp."""
+    import json
+
+    from cloudrl.alignment.cli import AlignConfig
+    from cloudrl.alignment.pipeline import run_pipeline
+    from cloudrl.config import load_config
+
+    cfg = load_config(AlignConfig, Path(__file__).parents[1] / "experiments" / "align.yaml")
+    raw = json.loads(json.dumps(cfg.model_dump(mode="json")).replace(
+        '"results/align/', f'"{tmp_path}/'))
+    raw["pipeline"]["tracking_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    raw["bc"]["storage_path"] = raw["reward"]["storage_path"] = str(tmp_path / "ray_train")
+    out = run_pipeline(AlignConfig.model_validate(raw))
+    assert out["reward"]["final"]["val_accuracy"] > 0.6
+    assert out["train"]["labels_requeried"] > 0
+    assert out["train"]["test_episode_reward"] is not None
