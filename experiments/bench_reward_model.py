@@ -68,11 +68,12 @@ def pairs(episodes_dir: Path, n: int, seed: int, out: Path, segment_length: int)
 
 
 def run(data: Path, val: Path, args: argparse.Namespace, workers: int, epochs: int,
-        name: str) -> dict:
+        name: str, eval_every: int = 1) -> dict:
     from cloudrl.alignment.reward_model import RewardModelConfig, train_reward_model
 
     cfg = RewardModelConfig(data=str(data), val_data=str(val), num_workers=workers,
-                            epochs=epochs, batch_size=args.batch_size, seed=args.seed,
+                            epochs=epochs, eval_every=eval_every,
+                            batch_size=args.batch_size, seed=args.seed,
                             name=name, storage_path=str(args.out / "ray_train"),
                             experiment="cloudrl-bench-reward-model",
                             tracking_uri=args.tracking_uri, mlflow=not args.no_mlflow)
@@ -123,7 +124,8 @@ def main() -> None:
     for n, data in sets.items():
         per_epoch = max(1, math.ceil(n / (args.workers * args.batch_size)))
         epochs = max(8, math.ceil(args.steps / per_epoch))
-        r = run(data, val, args, args.workers, epochs, f"labels-{n}")
+        r = run(data, val, args, args.workers, epochs, f"labels-{n}",
+                eval_every=max(1, epochs // 20))
         rows.append({"labels": n, "epochs": epochs, **r})
         print(f"labels {n}: acc {r['val_accuracy']:.3f} ece {r['val_ece']:.3f} "
               f"({r['wall_s']:.0f} s)", flush=True)

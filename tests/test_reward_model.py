@@ -206,7 +206,7 @@ def test_two_worker_zero2_partitions_optimizer_state_and_recovers_linear_reward(
     linear reward (a model blind to the rows would score < 0.7; an untrained one ~0.5)."""
     pairs, _ = synthetic_linear_pairs(800, seed=0)
     _write_parquet(pairs, tmp_path / "pairs")
-    cfg, res = _run(tmp_path, num_workers=2, epochs=8)
+    cfg, res = _run(tmp_path, num_workers=2, epochs=8, eval_every=2)
 
     zero = res.zero
     assert zero["zero_stage"] == 2 and zero["world_size"] == 2
@@ -218,7 +218,7 @@ def test_two_worker_zero2_partitions_optimizer_state_and_recovers_linear_reward(
         assert abs(n - one_worker_state / 2) <= 0.01 * one_worker_state
     assert sum(per_rank) >= one_worker_state
 
-    assert [h["epoch"] for h in res.history] == list(range(1, 9))
+    assert [h["epoch"] for h in res.history] == [2, 4, 6, 8]  # eval_every=2
     assert res.final["val_accuracy"] >= 0.9
     assert res.final["train_loss"] < res.history[0]["train_loss"]
     assert 0.0 <= res.final["val_ece"] <= 0.2
@@ -241,7 +241,7 @@ def test_two_worker_zero2_partitions_optimizer_state_and_recovers_linear_reward(
     run = client.get_run(res.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.metrics["zero_stage"] == 2
-    assert len(client.get_metric_history(res.run_id, "val_accuracy")) == 8
+    assert len(client.get_metric_history(res.run_id, "val_accuracy")) == 4
     assert "calibration.png" in {a.path for a in client.list_artifacts(res.run_id)}
 
 

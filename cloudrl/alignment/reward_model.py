@@ -13,7 +13,7 @@ store, and runs a Ray Train ``TorchTrainer``. Each worker
 * trains on its rank's share of the training pairs (the same number of pairs on every
   rank, so every rank takes the same number of steps) with the Bradley-Terry loss
   (:mod:`cloudrl.alignment.bradley_terry`; every member gets its own loss, summed);
-* after every epoch evaluates the held-out pairs (accuracy without ties, loss,
+* after every ``eval_every``-th epoch evaluates the held-out pairs (accuracy without ties, loss,
   calibration, ensemble spread) and reports them with ``ray.train.report``; rank 0
   attaches a checkpoint: ``reward_model.pt`` (a plain ``state_dict`` plus the spec that
   rebuilds the net, loadable without DeepSpeed: :func:`load_reward_model`),
@@ -42,6 +42,7 @@ import math
 import os
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,12 +99,18 @@ class RewardModelConfig(BaseModel):
     lr: float = Field(default=1e-3, gt=0.0)
     weight_decay: float = Field(default=0.0, ge=0.0)
     grad_clip: float = Field(default=1.0, ge=0.0, description="0: off")
-    zero_stage: int = Field(default=2, ge=0, le=3)
+    zero_stage: int = Field(default=2, ge=0, le=2,
+                            description="0: plain data parallel; 1: optimizer state, "
+                                        "2: + gradients partitioned (3 would shard the "
+                                        "parameters, which the plain checkpoint needs whole)")
     num_workers: int = Field(default=2, ge=1)
     use_gpu: bool = False
     cpus_per_worker: float = Field(default=1.0, gt=0.0)
     seed: int = 0
     calibration_bins: int = Field(default=10, ge=1)
+    eval_every: int = Field(default=1, ge=1,
+                            description="evaluate, report and checkpoint every n epochs "
+                                        "(and after the last)")
     name: str = "reward_model"
     storage_path: str = "results/ray_train"
     experiment: str = "cloudrl-align"
@@ -319,6 +326,8 @@ def _train_loop(loop: dict[str, Any]) -> None:
             zero = {"zero_stage": int(engine.zero_optimization_stage()),
                     "param_numel": int(param_numel), "world_size": world,
                     "opt_state_numel_per_rank": _gather(optimizer_state_numel(engine))}
+        if epoch % cfg.eval_every and epoch != cfg.epochs:
+            continue
         totals = torch.tensor([loss_sum.item(), float(len(order))], device=device,
                               dtype=torch.float64)
         if world > 1:
@@ -416,9 +425,9 @@ def train_reward_model(cfg: RewardModelConfig, pairs: PairArrays | None = None,
 
     if pairs is None:
         pairs, val_pairs = load_pairs(cfg)
-    if len(pairs) < 2 or (val_pairs is None and
-                          len(split_indices(len(pairs), cfg.val_fraction, cfg.seed)[0])
-                          < cfg.num_workers):
+    n_train = (len(pairs) if val_pairs is not None
+               else len(split_indices(len(pairs), cfg.val_fraction, cfg.seed)[0]))
+    if n_train < cfg.num_workers or (val_pairs is not None and len(val_pairs) == 0):
         raise PairDataError(f"data: {len(pairs)} pairs are too few for {cfg.num_workers} "
                             f"worker(s) and a held-out share")
     spec = net_spec(cfg, pairs.shape)
@@ -430,7 +439,8 @@ def train_reward_model(cfg: RewardModelConfig, pairs: PairArrays | None = None,
         _train_loop, train_loop_config=loop,
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                      resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=RunConfig(name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        run_config=RunConfig(name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-"
+                                  f"{uuid.uuid4().hex[:6]}",
                              storage_path=str(Path(cfg.storage_path).resolve()),
                              checkpoint_config=CheckpointConfig(num_to_keep=1)))
     result = trainer.fit()
