@@ -252,7 +252,8 @@ def test_one_worker_holds_the_whole_state_and_ensemble_reports_uncertainty(ray_s
     _write_parquet(pairs, tmp_path / "pairs")
     _, res = _run(tmp_path, num_workers=1, epochs=12, ensemble_size=3)
     assert res.zero["zero_stage"] == 2
-    assert res.zero["opt_state_numel_per_rank"] == [2 * res.zero["param_numel"]]
+    (state,), params = res.zero["opt_state_numel_per_rank"], res.zero["param_numel"]
+    assert 2 * params <= state <= 2 * params * 1.01  # all of it, up to alignment padding
     assert res.final["val_accuracy"] >= 0.9
     assert res.final["val_gap_std"] > 0.0
     assert load_reward_model(res.checkpoint_dir).size == 3
