@@ -93,11 +93,12 @@ def _cfg(demos, out, **kw) -> BCConfig:
 
 @pytest.fixture(scope="module")
 def flat_runs(ray_session, flat_demos, tmp_path_factory: pytest.TempPathFactory):
-    """The same flat BC config on 0 (in process), 1 and 2 Ray Train workers."""
+    """The same flat BC config on one rank in this process (``num_workers=0``, the same
+    loop as one Ray Train worker without the actor start-up) and on 2 Ray Train workers."""
     root = tmp_path_factory.mktemp("bc_flat")
     demos = load_demonstrations(flat_demos, "flat")
     return {w: train_bc(_cfg(flat_demos, root / f"w{w}", num_workers=w), demos)
-            for w in (0, 1, 2)}
+            for w in (0, 2)}
 
 
 @pytest.fixture(scope="module")
@@ -117,26 +118,35 @@ def _saved_state(out) -> dict[str, np.ndarray]:
 
 def test_two_workers_match_one_worker(flat_runs, flat_demos) -> None:
     n = len(load_demonstrations(flat_demos, "flat"))
-    one, two = flat_runs[1].history, flat_runs[2].history
+    one, two = flat_runs[0].history, flat_runs[2].history
     assert len(one) == len(two) == 8
     # two ranks really ran DDP through Accelerate, and together saw every sample once
     assert [h["world_size"] for h in two] == [2] * 8 and all(h["ddp"] == 1.0 for h in two)
-    assert all(h["world_size"] == 1 for h in one)
+    assert all(h["world_size"] == 1 and h["ddp"] == 0.0 for h in one)
     assert all(h["samples"] == n for h in one + two)
-    # global batch 25 splits 13/12: a per-rank mean (or any other split error) moves the
-    # curve far more than 1e-4; float reduction order moves it ~1e-7
+    # global batch 25 splits 13/12. Measured deviation from 1 worker over 3 epochs: 2e-8;
+    # with a per-rank mean loss 1.1e-3, per-rank batch orders 9e-2, Accelerate without
+    # cpu=True (no gradient sync) 1.2e-1: rtol 1e-4 catches each
     np.testing.assert_allclose([h["loss"] for h in two], [h["loss"] for h in one], rtol=1e-4)
     np.testing.assert_allclose([h["accuracy"] for h in two], [h["accuracy"] for h in one],
                                atol=1.5 / n)
     assert one[-1]["loss"] < 0.8 * one[0]["loss"]
-    w1, w2 = _saved_state(flat_runs[1].out), _saved_state(flat_runs[2].out)
+    w1, w2 = _saved_state(flat_runs[0].out), _saved_state(flat_runs[2].out)
     assert w1.keys() == w2.keys()
     for k in w1:  # Adam turns ~1e-7 loss differences into ~1e-5 on tiny weights
         rel = np.linalg.norm(w2[k] - w1[k]) / max(np.linalg.norm(w1[k]), 1e-12)
         assert rel < 1e-3, (k, rel)
-    # the in-process path (num_workers=0) is the 1-worker computation
-    np.testing.assert_allclose([h["loss"] for h in flat_runs[0].history],
-                               [h["loss"] for h in one], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_one_ray_train_worker_matches_in_process(flat_runs, flat_demos, tmp_path) -> None:
+    """One Ray Train worker (Accelerate's MULTI_CPU mode, DDP over a world of 1) is the
+    in-process computation, and so matches 2 workers too."""
+    res = train_bc(_cfg(flat_demos, tmp_path / "w1", num_workers=1))
+    one = [h["loss"] for h in res.history]
+    assert all(h["world_size"] == 1 for h in res.history)
+    np.testing.assert_allclose(one, [h["loss"] for h in flat_runs[0].history], rtol=1e-6)
+    np.testing.assert_allclose([h["loss"] for h in flat_runs[2].history], one, rtol=1e-4)
 
 
 def test_bc_accuracy_clearly_above_chance(flat_runs, flat_demos) -> None:
@@ -144,14 +154,14 @@ def test_bc_accuracy_clearly_above_chance(flat_runs, flat_demos) -> None:
     demos = load_demonstrations(flat_demos, "flat")
     module = build_module("flat", demos.observation_space, demos.action_space,
                           BCConfig().hidden)
-    module.restore_from_path(str(flat_runs[1].out))
+    module.restore_from_path(str(flat_runs[2].out))
     obs = {k: torch.as_tensor(v) for k, v in demos.obs.items()}
     with torch.no_grad():
         logits = module.forward_inference({"obs": obs})["action_dist_inputs"]
     accuracy = float((logits.argmax(-1).numpy() == demos.actions).mean())
     chance = float((1.0 / demos.obs["action_mask"].sum(-1)).mean())
     majority = np.bincount(demos.actions).max() / len(demos)
-    assert accuracy == pytest.approx(flat_runs[1].final["accuracy"], abs=0.05)
+    assert accuracy == pytest.approx(flat_runs[2].final["accuracy"], abs=0.05)
     assert accuracy >= 0.6 and accuracy >= majority + 0.2 and accuracy >= 3 * chance, (
         accuracy, majority, chance)
 
@@ -194,7 +204,7 @@ def _algo_starts_from(algo_name: str, out, hidden: int = 128) -> None:
 
 @pytest.mark.parametrize("algo_name", ["ppo", "appo"])
 def test_flat_algorithms_start_from_bc_weights(ray_session, flat_runs, algo_name) -> None:
-    _algo_starts_from(algo_name, flat_runs[1].out)
+    _algo_starts_from(algo_name, flat_runs[2].out)
 
 
 def test_bdq_starts_from_bc_weights(ray_session, branching_run) -> None:
@@ -202,10 +212,10 @@ def test_bdq_starts_from_bc_weights(ray_session, branching_run) -> None:
 
 
 def test_init_module_state_must_fit_the_algorithm(flat_runs, branching_run, tmp_path) -> None:
-    assert check_module_state(flat_runs[1].out, "impala", 128) == str(flat_runs[1].out)
-    cases = [("dqn", flat_runs[1].out, 128, "fits ppo, appo, impala, not dqn"),
+    assert check_module_state(flat_runs[2].out, "impala", 128) == str(flat_runs[2].out)
+    cases = [("dqn", flat_runs[2].out, 128, "fits ppo, appo, impala, not dqn"),
              ("ppo", branching_run.out, 128, "fits bdq, apex_bdq, not ppo"),
-             ("ppo", flat_runs[1].out, 64, "trained with hidden=128"),
+             ("ppo", flat_runs[2].out, 64, "trained with hidden=128"),
              ("ppo", tmp_path, 128, "not a saved RLModule state")]
     for algo, path, hidden, message in cases:
         with pytest.raises(ValidationError, match="init_module_state") as info:
