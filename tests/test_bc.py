@@ -19,6 +19,7 @@ from cloudrl.alignment.bc import (
     check_module_state,
     dqfd_margin_loss,
     load_demonstrations,
+    module_model_config,
     train_bc,
 )
 from cloudrl.alignment.recording import record_episodes
@@ -209,6 +210,15 @@ def test_flat_algorithms_start_from_bc_weights(ray_session, flat_runs, algo_name
 
 def test_bdq_starts_from_bc_weights(ray_session, branching_run) -> None:
     _algo_starts_from("bdq", branching_run.out)
+
+
+def test_bc_defaults_are_the_training_defaults() -> None:
+    """BC builds the module training builds: same width, same reward scale."""
+    bc, train = BCConfig(), TrainConfig()
+    assert (bc.hidden, bc.reward_scale) == (train.hidden, train.reward_scale)
+    for algo in ("ppo", "bdq"):
+        spec = build_algo_config(TrainConfig(algo=algo)).rl_module_spec
+        assert spec.model_config == module_model_config(bc.hidden)
 
 
 def test_init_module_state_must_fit_the_algorithm(flat_runs, branching_run, tmp_path) -> None:

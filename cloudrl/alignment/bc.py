@@ -69,8 +69,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from cloudrl.training import TrainConfig
-
 Interface = Literal["flat", "branching"]
 META_FILE = "bc_meta.json"
 HISTORY_FILE = "history.json"
@@ -85,7 +83,10 @@ SAVED_CLASS = {"flat": "models.masked_appo:MaskedAPPOTorchRLModule",
 TRAINED_PARTS = {"flat": ("encoder", "pi"),
                  "branching": ("trunk", "value_head", "advantage_heads")}
 FITS = {"flat": ("ppo", "appo", "impala"), "branching": ("bdq", "apex_bdq")}
-_TRAIN_DEFAULTS = TrainConfig.model_fields
+# TrainConfig's defaults (cloudrl.training imports this module for check_module_state, so
+# this module does not import it back; tests/test_bc.py checks that they agree).
+TRAIN_HIDDEN = 128
+TRAIN_REWARD_SCALE = 0.01
 
 
 class BCConfig(BaseModel):
@@ -103,9 +104,9 @@ class BCConfig(BaseModel):
     td_weight: float = Field(1.0, ge=0.0, description="branching: weight of the 1-step "
                              "TD loss on the recorded rewards; 0: margin loss only")
     gamma: float = Field(0.99, ge=0.0, le=1.0)
-    reward_scale: float = Field(_TRAIN_DEFAULTS["reward_scale"].default, gt=0.0,
+    reward_scale: float = Field(TRAIN_REWARD_SCALE, gt=0.0,
                                 description="rewards are multiplied by this (as in training)")
-    hidden: int = Field(_TRAIN_DEFAULTS["hidden"].default, ge=8,
+    hidden: int = Field(TRAIN_HIDDEN, ge=8,
                         description="encoder/head width; must equal TrainConfig.hidden")
     num_workers: int = Field(1, ge=0, description="Ray Train workers; 0: train in this "
                              "process (no Ray Train, no Ray)")
