@@ -51,7 +51,7 @@ return is the same within the CI. There are fewer violations of all three teache
 (SLA violations 9.4 -> 0.5, overload server-steps -17%, slowdown spread 0.54 -> 0.09),
 but 20% MORE energy. So the safety goal ("fewer, with no more energy") is met for the
 bounds but not for energy: the teacher ranks energy last and the labels are almost all
-decided by overload, and the cheapest way to have fewer overloaded servers is to keep
+decided by overload; a likely reason (not checked) is that fewer overloaded servers means keeping
 more of them awake.
 """
 
