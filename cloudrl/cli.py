@@ -10,7 +10,7 @@ from typing import Any
 from cloudrl import serve_cli, trace_import
 from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
-from cloudrl.config import ConfigError, load_config
+from cloudrl.config_loader import ConfigError, load_config
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
@@ -196,7 +196,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """The README's main job: train a small masked PPO on the train seeds, evaluate it and
     the four heuristics on the held-out test seeds, log all of it to MLflow, print the table."""
     from cloudrl.training import TrainConfig
-    from envs.config import SimConfig
+    from envs.sim_config import SimConfig
 
     envs = TrainConfig.model_fields["envs_per_runner"].default
     ticks = SimConfig.model_fields["episode_length"].default

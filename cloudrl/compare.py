@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudrl import tracking
-from cloudrl.config import ConfigError
+from cloudrl.config_loader import ConfigError
 from cloudrl.evaluate import format_table
 from cloudrl.metrics import METRIC_LABELS, METRICS, summarize
 

@@ -6,14 +6,14 @@ import argparse
 import json
 from typing import Any
 
-from cloudrl.config import ConfigError
+from cloudrl.config_loader import ConfigError
 
 
 def service_config(args: argparse.Namespace) -> Any:
     """The ServiceConfig of ``cloudrl serve``: defaults < ``--config`` YAML (a mapping of
     ServiceConfig fields, like the ``args`` in ``serve_apps/config.yaml``) <
     ``CLOUDRL__*`` env vars (``CLOUDRL__FAILURE_THRESHOLD=5``) < flags."""
-    from cloudrl.config import load_config
+    from cloudrl.config_loader import load_config
     from serve_apps.service_config import ServiceConfig
 
     overrides: dict[str, Any] = {}

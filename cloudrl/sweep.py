@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cloudrl import tracking
 from cloudrl.algorithms.specs import Algo, hparams_by_algo, spec_of
-from cloudrl.config import ConfigError, deep_merge, format_validation_error
+from cloudrl.config_loader import ConfigError, deep_merge, format_validation_error
 from cloudrl.protocol import N_SEEDS
 from cloudrl.sweep_tracking import (
     MlflowTrialCallback,

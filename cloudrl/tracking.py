@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cloudrl.config import ConfigError
+from cloudrl.config_loader import ConfigError
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from cloudrl.algorithms.hparams import RunShape
 from cloudrl.algorithms.specs import Algo, checked_hparams, spec_of
 from cloudrl.checkpoint_policy import META_FILE, is_checkpoint
-from cloudrl.config import ConfigError
+from cloudrl.config_loader import ConfigError
 from cloudrl.protocol import TRAIN_SEEDS
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from envs.config import SimConfig, StrictConfig
+from envs.sim_config import SimConfig, StrictConfig
 from envs.workloads import PoissonConfig, WorkloadConfig
 
 

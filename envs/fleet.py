@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from envs.config import FleetConfig
+from envs.sim_config import FleetConfig
 
 
 def _tier_counts(shares: np.ndarray, n: int) -> np.ndarray:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from envs import kernels
-from envs.config import SimConfig
 from envs.fleet import Fleet
+from envs.sim_config import SimConfig
 from envs.snapshot import ClusterSnapshot
 from envs.workloads.base import FleetCapacity, JobTable, Workload
 

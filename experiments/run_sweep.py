@@ -40,7 +40,7 @@ import sys
 import time
 
 from cloudrl.compare import run_compare
-from cloudrl.config import ConfigError, load_config
+from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.sweep import SweepConfig, run_sweep
 
 

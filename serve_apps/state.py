@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import SimConfig
 from envs.fleet import Fleet
 from envs.sim import ClusterSim
+from envs.sim_config import SimConfig
 from envs.snapshot import POWER_STATES, ClusterSnapshot, snapshot_of
 from serve_apps.schemas import ClusterState
 

@@ -92,7 +92,7 @@ def test_pipeline_real_size_from_align_yaml(tmp_path):
 
     from cloudrl.alignment.cli import AlignConfig
     from cloudrl.alignment.pipeline import run_pipeline
-    from cloudrl.config import load_config
+    from cloudrl.config_loader import load_config
 
     cfg = load_config(AlignConfig, Path(__file__).parents[1] / "experiments" / "align.yaml")
     raw = json.loads(json.dumps(cfg.model_dump(mode="json")).replace(

@@ -131,7 +131,7 @@ def test_sweep_config_accepts_appo_and_impala() -> None:
     assert sweep.train_config("appo", "poisson", 0).hparams == {"clip_param": 0.3}
     args = build_parser().parse_args(["sweep", "--algos", "appo", "impala"])
     assert args.algos == ["appo", "impala"]
-    from cloudrl.config import ConfigError, build_config
+    from cloudrl.config_loader import ConfigError, build_config
     with pytest.raises(ConfigError, match=r"hparams\.appo\.clip"):
         build_config(SweepConfig, {"algos": ["appo"], "hparams": {"appo": {"clip": 0.3}}})
 

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from envs.config import FleetConfig, SimConfig, TierConfig, default_tiers
 from envs.env_config import EnvConfig
 from envs.fleet import Fleet, _tier_counts
 from envs.sim import ClusterSim
+from envs.sim_config import FleetConfig, SimConfig, TierConfig, default_tiers
 from envs.workloads import (
     DeadlineConfig,
     GoogleV2LikeConfig,
@@ -280,7 +280,7 @@ def test_issue_inputs_are_rejected_before_they_reach_the_sim(env, loc):
 
 
 def test_free_form_dicts_must_be_finite_too():
-    from cloudrl.config import ConfigError, load_config
+    from cloudrl.config_loader import ConfigError, load_config
     from cloudrl.sweep import SweepConfig
     from cloudrl.training import TrainConfig
 
@@ -294,7 +294,7 @@ def test_free_form_dicts_must_be_finite_too():
 
 # ------------------------------------------------------------- where a bad value came from
 def test_config_errors_are_one_line_naming_the_source(tmp_path):
-    from cloudrl.config import ConfigError, load_config
+    from cloudrl.config_loader import ConfigError, load_config
     from cloudrl.evaluate import EvalConfig
 
     with pytest.raises(ConfigError) as info:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cloudrl.cli import main
-from cloudrl.config import ConfigError, env_overrides, load_config
+from cloudrl.config_loader import ConfigError, env_overrides, load_config
 from cloudrl.evaluate import EvalConfig, evaluate, summary_rows
 from cloudrl.metrics import summarize
 from cloudrl.protocol import TEST_SEED_OFFSET, TRAIN_SEEDS, seeds_for

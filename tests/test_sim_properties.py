@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from support import FixedWorkload
 
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
-from envs.config import FleetConfig, SimConfig, TierConfig
 from envs.sim import ACTIVE, ASLEEP, WAKING, ClusterSim
+from envs.sim_config import FleetConfig, SimConfig, TierConfig
 from envs.workloads import (
     DeadlineConfig,
     FleetCapacity,

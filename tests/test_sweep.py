@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from cloudrl import tracking
-from cloudrl.config import ConfigError
+from cloudrl.config_loader import ConfigError
 from cloudrl.metrics import METRICS
 from cloudrl.protocol import test_seeds as held_out_seeds
 
@@ -288,7 +288,7 @@ def test_params_are_flattened_and_truncated() -> None:
 
 def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
     from cloudrl.cli import main
-    from cloudrl.config import build_config
+    from cloudrl.config_loader import build_config
     from cloudrl.sweep import SweepConfig, check_algo_configs
 
     assert main(["sweep", "--n-servers", "0", "--eval-seeds", "51"]) == 2
@@ -317,7 +317,7 @@ def test_sweep_config_errors_name_the_field(capsys: pytest.CaptureFixture[str]) 
 def test_max_failures_and_resume_errors_name_the_field(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cloudrl.cli import main
-    from cloudrl.config import load_config
+    from cloudrl.config_loader import load_config
     from cloudrl.sweep import SweepConfig
 
     assert main(["sweep", "--max-failures", "-2"]) == 2

@@ -107,7 +107,7 @@ def test_apex_bdq_needs_remote_actors_and_a_cluster_that_fits_them():
 
 @pytest.mark.usefixtures("ray_session")
 def test_oversized_actor_request_fails_fast_naming_the_knobs():
-    from cloudrl.config import ConfigError
+    from cloudrl.config_loader import ConfigError
     from cloudrl.training import check_cluster_fits
 
     cfg = TrainConfig(algo="apex_bdq", num_env_runners=2)  # 2 runners + 2 shards at 1 CPU

@@ -30,7 +30,7 @@ from cloudrl.alignment.phase3 import Phase3Config
 from cloudrl.alignment.pipeline import PipelineConfig, register_commands
 from cloudrl.alignment.reward_model import RewardModelConfig
 from cloudrl.alignment.teacher import TeacherConfig
-from cloudrl.config import ConfigError, load_config
+from cloudrl.config_loader import ConfigError, load_config
 from envs.env_config import EnvConfig
 
 

@@ -247,7 +247,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
 
 def _main(fn: Any, args: argparse.Namespace, overrides: dict[str, Any], prefix: str,
           check: Any = None) -> int:
-    from cloudrl.config import ConfigError
+    from cloudrl.config_loader import ConfigError
     from cloudrl.ray_utils import init_ray
 
     cfg = args.load_config(args, overrides)  # cli's AlignConfig loader (flags, env, YAML)

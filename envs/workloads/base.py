@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
-from envs.config import StrictConfig
+from envs.sim_config import StrictConfig
 
 
 @dataclass(frozen=True)

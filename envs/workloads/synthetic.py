@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from envs.config import StrictConfig
+from envs.sim_config import StrictConfig
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
 
 

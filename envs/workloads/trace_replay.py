@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from envs.config import StrictConfig
+from envs.sim_config import StrictConfig
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
 from envs.workloads.google_trace import TraceJobs, load_trace
 
