@@ -292,6 +292,10 @@ def test_segment_statistics_on_hand_made_arrays():
     assert seg.start == 1 and seg.length == 2 and seg.episode_seed == 3
     assert seg.stats["sla_violations"] == 3.0 and seg.stats["energy_kwh"] == 0.5
     assert seg.stats["overload"] == 1.0   # obs 2..3: the memory-overloaded server
+    # the segment holds the observations the statistics are counted on: after each step
+    np.testing.assert_array_equal(seg.servers, ep.servers[2:4])
+    np.testing.assert_array_equal(seg.jobs, ep.jobs[2:4])
+    np.testing.assert_array_equal(seg.actions, ep.actions[1:3])
     with pytest.raises(ValueError, match="outside the episode"):
         cut_segment(ep, 2, 3, TeacherConfig())
 
@@ -514,7 +518,7 @@ def test_cli_record_then_pairs_end_to_end(tmp_path, capsys):
     eps = {(e.policy, e.episode_seed): e for e in load_episode_data(demos)}
     ep = eps[(data.meta["b_policy"][0], int(data.meta["b_episode_seed"][0]))]
     start = int(data.meta["b_start"][0])
-    np.testing.assert_array_equal(data.obs["b"]["macro"][0], ep.macro[start:start + 10])
+    np.testing.assert_array_equal(data.obs["b"]["macro"][0], ep.macro[start + 1:start + 11])
     assert segment_stats(ep, start, 10, TeacherConfig())["energy_kwh"] == pytest.approx(
         data.meta["b_energy_kwh"][0])
     # same seed, same dataset

@@ -133,6 +133,35 @@ def test_ensemble_members_differ_and_predict_reports_their_spread():
 # ----------------------------------------------------------------------------- data plumbing
 
 
+def test_server_features_add_utilisation_and_the_overload_indicator():
+    from envs.observation import SERVER_COLS, S
+    from models.reward_net import ServerFeatures
+
+    rows = np.zeros((1, 3, len(SERVER_COLS) + 2), np.float32)
+    rows[0, :, S["mem_cap"]] = [1.0, 0.5, 0.0]
+    rows[0, :, S["mem_free"]] = [0.5, 0.0, 0.0]     # memory use 0.5, 1.0, (no capacity) 0
+    rows[0, :, S["cpu_util"]] = [0.95, 0.2, 0.3]
+    feats = ServerFeatures(S["cpu_util"], S["mem_cap"], S["mem_free"], threshold=0.9)
+    out = feats.augment(torch.from_numpy(rows)).numpy()
+    assert out.shape == (1, 3, len(SERVER_COLS) + 4)
+    np.testing.assert_allclose(out[0, :, -2], [0.95, 1.0, 0.3])
+    np.testing.assert_array_equal(out[0, :, -1], [1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(out[..., :-2], rows)
+    # on by default for env-shaped rows, off for rows without the env's columns
+    cfg = RewardModelConfig(data="x")
+    shape = {"macro_dim": 5, "n_servers": 3, "server_dim": len(SERVER_COLS) + 2,
+             "k_slots": 2, "job_dim": 7}
+    spec = net_spec(cfg, shape)
+    assert spec["server_features"]["threshold"] == 0.9
+    net = build_reward_ensemble(spec)
+    obs = {"macro": torch.zeros(4, 5), "servers": torch.from_numpy(rows).expand(4, 3, -1),
+           "jobs": torch.zeros(4, 2, 7)}
+    assert net(obs).shape == (1, 4)
+    assert net_spec(cfg, {**shape, "server_dim": 3})["server_features"] is None
+    off = cfg.model_copy(update={"net": RewardNetSpec(overload_features=False)})
+    assert net_spec(off, shape)["server_features"] is None
+
+
 def test_rank_shards_are_equal_disjoint_and_the_split_is_seeded():
     train, val = split_indices(103, 0.2, seed=3)
     assert len(val) == 21 and len(train) == 82 and not set(train) & set(val)
@@ -219,6 +248,9 @@ def test_two_worker_zero2_partitions_optimizer_state_and_recovers_linear_reward(
     assert sum(per_rank) >= one_worker_state
 
     assert [h["epoch"] for h in res.history] == [2, 4, 6, 8]  # eval_every=2
+    # early stopping: the checkpoint (and final) is the lowest held-out loss evaluation
+    assert res.final["val_loss"] == min(h["val_loss"] for h in res.history)
+    assert sum(h["selected"] for h in res.history) >= 1
     assert res.final["val_accuracy"] >= 0.9
     assert res.final["train_loss"] < res.history[0]["train_loss"]
     assert 0.0 <= res.final["val_ece"] <= 0.2

@@ -78,6 +78,11 @@ class PairDataError(ValueError):
 class Segment:
     """One side of a pair: T consecutive steps of observations and actions.
 
+    Teacher segments hold the observations AFTER each step (``actions[t]`` led to
+    ``macro[t]``, ...), the states the teacher's overload statistic is counted on;
+    operator segments (``cloudrl.feedback``) hold the states the operator's trajectory
+    recorded. Either way the reward model sums r(s) over the T observations.
+
     ``macro`` (T, M), ``servers`` (T, N, Fs), ``jobs`` (T, K, Fj), ``actions`` (T, A).
     ``stats`` holds the teacher statistics (missing ones are written as NaN).
     """

@@ -15,8 +15,11 @@ store, and runs a Ray Train ``TorchTrainer``. Each worker
   (:mod:`cloudrl.alignment.bradley_terry`; every member gets its own loss, summed);
 * after every ``eval_every``-th epoch evaluates the held-out pairs (accuracy without ties, loss,
   calibration, ensemble spread) and reports them with ``ray.train.report``; rank 0
-  attaches a checkpoint: ``reward_model.pt`` (a plain ``state_dict`` plus the spec that
-  rebuilds the net, loadable without DeepSpeed: :func:`load_reward_model`),
+  attaches a checkpoint: ``reward_model.pt`` (with ``early_stopping``, the default,
+  the weights of the evaluation with the lowest held-out loss so far, marked
+  ``selected`` in the history; small pair sets overfit within a few dozen epochs;
+  a plain ``state_dict`` plus the spec that rebuilds the net, loadable without
+  DeepSpeed: :func:`load_reward_model`),
   ``history.json`` and ``calibration.json``.
 
 The ZeRO partitioning is read back from each rank after the first epoch: the engine's
@@ -76,6 +79,11 @@ class RewardNetSpec(BaseModel):
     hidden: int = Field(default=128, ge=1)
     activation: str = "relu"
     head_hiddens: list[int] = Field(default_factory=lambda: [64])
+    overload_features: bool = Field(
+        default=True, description="add per-server utilisation and the indicator utilisation "
+                                  "> overload_threshold to the server rows (when the rows "
+                                  "have the env's columns)")
+    overload_threshold: float = Field(default=0.9, gt=0.0, le=1.0)
 
     def encoder(self) -> EncoderConfig:
         return EncoderConfig(tuple(self.macro_hiddens), tuple(self.row_hiddens),
@@ -97,7 +105,10 @@ class RewardModelConfig(BaseModel):
     epochs: int = Field(default=10, ge=1)
     batch_size: int = Field(default=32, ge=1, description="pairs per worker per step")
     lr: float = Field(default=1e-3, gt=0.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
+    weight_decay: float = Field(default=1e-4, ge=0.0)
+    early_stopping: bool = Field(default=True,
+                                 description="the checkpoint keeps the weights of the "
+                                             "evaluation with the lowest held-out loss")
     grad_clip: float = Field(default=1.0, ge=0.0, description="0: off")
     zero_stage: int = Field(default=2, ge=0, le=2,
                             description="0: plain data parallel; 1: optimizer state, "
@@ -138,7 +149,10 @@ class RewardModelResult:
 
     @property
     def final(self) -> dict[str, Any]:
-        return self.history[-1]
+        """The metrics of the checkpointed weights: the best held-out-loss evaluation with
+        early stopping, else the last."""
+        best = [row for row in self.history if row.get("selected")]
+        return best[-1] if best else self.history[-1]
 
 
 # ----------------------------------------------------------------------------- data
@@ -169,9 +183,20 @@ def pair_batch(pairs: PairArrays, index: np.ndarray, device: torch.device | str
     return obs, label
 
 
+def server_feature_spec(cfg: RewardModelConfig, server_dim: int) -> dict[str, Any] | None:
+    """The derived server columns' spec, or None when off or the rows lack the env's columns."""
+    from envs.observation import SERVER_COLS, S
+
+    if not cfg.net.overload_features or server_dim < len(SERVER_COLS):
+        return None
+    return {"cpu_util": S["cpu_util"], "mem_cap": S["mem_cap"], "mem_free": S["mem_free"],
+            "threshold": cfg.net.overload_threshold}
+
+
 def net_spec(cfg: RewardModelConfig, shape: dict[str, int]) -> dict[str, Any]:
     """What :func:`models.reward_net.build_reward_ensemble` needs (stored with the weights)."""
-    return {"macro_dim": shape["macro_dim"], "n_servers": shape["n_servers"],
+    return {"server_features": server_feature_spec(cfg, shape["server_dim"]),
+            "macro_dim": shape["macro_dim"], "n_servers": shape["n_servers"],
             "server_dim": shape["server_dim"], "k_slots": shape["k_slots"],
             "job_dim": shape["job_dim"], "ensemble_size": cfg.ensemble_size,
             "encoder": encoder_spec(cfg.net.encoder()), "head_hiddens": list(cfg.net.head_hiddens)}
@@ -306,6 +331,9 @@ def _train_loop(loop: dict[str, Any]) -> None:
     device = engine.device
     history: list[dict[str, Any]] = []
     zero: dict[str, Any] = {}
+    best_loss = math.inf
+    best_state: dict[str, torch.Tensor] = {}
+    best_cal: dict[str, Any] = {}
     for epoch in range(1, cfg.epochs + 1):
         order = np.random.default_rng([cfg.seed, epoch, rank]).permutation(shard)
         engine.train()
@@ -338,19 +366,28 @@ def _train_loop(loop: dict[str, Any]) -> None:
         metrics = {"epoch": epoch, "train_loss": float(totals[0] / max(totals[1], 1.0)),
                    "train_pairs_per_s": float(totals[1] / max(max(times), 1e-9)),
                    **metrics}
+        improved = metrics["val_loss"] < best_loss
+        best_loss = min(best_loss, metrics["val_loss"])
+        metrics["selected"] = bool(improved or not cfg.early_stopping)
         history.append(metrics)
         report = {**metrics, **zero}
         if rank == 0:
+            if metrics["selected"]:  # the checkpoint holds the best weights so far
+                best_state = _state(engine.module)
+                best_cal = cal
             with tempfile.TemporaryDirectory() as tmp:
-                _write_checkpoint(Path(tmp), engine.module, spec, history, cal)
+                _write_checkpoint(Path(tmp), best_state, spec, history, best_cal)
                 ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(tmp))
         else:
             ray.train.report(report)
 
 
-def _write_checkpoint(out: Path, model: torch.nn.Module, spec: dict[str, Any],
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def _write_checkpoint(out: Path, state: dict[str, torch.Tensor], spec: dict[str, Any],
                       history: list[dict[str, Any]], cal: dict[str, Any]) -> None:
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     torch.save({"state_dict": state, "spec": spec}, out / CHECKPOINT_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(history, indent=1))
     (out / CALIBRATION_FILE).write_text(json.dumps(cal, indent=1))
