@@ -386,8 +386,12 @@ def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def _write_checkpoint(out: Path, state: dict[str, torch.Tensor], spec: dict[str, Any],
-                      history: list[dict[str, Any]], cal: dict[str, Any]) -> None:
+def _write_checkpoint(out: Path, state: dict[str, torch.Tensor] | torch.nn.Module,
+                      spec: dict[str, Any], history: list[dict[str, Any]],
+                      cal: dict[str, Any]) -> None:
+    """Write ``reward_model.pt`` (a module's weights, or a state dict), history, calibration."""
+    if isinstance(state, torch.nn.Module):
+        state = _state(state)
     torch.save({"state_dict": state, "spec": spec}, out / CHECKPOINT_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(history, indent=1))
     (out / CALIBRATION_FILE).write_text(json.dumps(cal, indent=1))
