@@ -66,16 +66,21 @@ def _deploy(cfg: dict) -> None:
     serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def start_service(db_dir, make_config):
+    """Serve on a free port with ``make_config(db)``; yields (client, db), then shuts down."""
     from ray import serve
 
     port = _free_port()
-    db = str(tmp_path_factory.mktemp("serve") / "state.db")
+    db = str(db_dir / "state.db")
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    _deploy(_config(db))
+    _deploy(make_config(db))
     yield Client(port), db
     serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    yield from start_service(tmp_path_factory.mktemp("serve"), _config)
 
 
 def _state(seed: int, steps: int) -> dict:

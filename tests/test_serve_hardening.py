@@ -15,7 +15,15 @@ import time
 import pytest
 
 from serve_apps.rollout import SCHEMA
-from tests.test_serve import N_SERVERS, TOKEN, Client, _config, _free_port, _state
+from tests.test_serve import (
+    N_SERVERS,
+    TOKEN,
+    Client,
+    _config,
+    _deploy,
+    _state,
+    start_service,
+)
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 HEALTH_PERIOD_S = 0.5
@@ -26,23 +34,9 @@ def _hconfig(db: str) -> dict:
             "health_check_timeout_s": 10.0}
 
 
-def _deploy(cfg: dict) -> None:
-    from ray import serve
-
-    from serve_apps.app import build_app
-    serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    from ray import serve
-
-    port = _free_port()
-    db = str(tmp_path_factory.mktemp("serve_hardening") / "state.db")
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    _deploy(_hconfig(db))
-    yield Client(port), db
-    serve.shutdown()
+    yield from start_service(tmp_path_factory.mktemp("serve_hardening"), _hconfig)
 
 
 def _stored(db: str) -> dict:
