@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,17 @@ def start_run(client: MlflowClient, experiment_id: str, run_name: str,
 
 def end_run(client: MlflowClient, run_id: str, status: str = "FINISHED") -> None:
     client.set_terminated(run_id, status=status)
+
+
+@contextmanager
+def finishing(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """Ends the run FINISHED after the block, or FAILED when the block raises."""
+    try:
+        yield
+    except BaseException:
+        end_run(client, run_id, "FAILED")
+        raise
+    end_run(client, run_id)
 
 
 def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -386,3 +386,18 @@ def test_the_mlflow_side_takes_plain_values(tmp_path: Path) -> None:
     assert logged_test_metrics(run) is None  # not evaluated yet
     again = MlflowTrialCallback(uri, "plain", "sweep-1", ("algo", "workload", "run_seed"), {})
     assert again.run_id_for("t0") == run.info.run_id  # a resumed driver finds it by tag
+
+
+def test_finishing_ends_runs_finished_or_failed(tmp_path) -> None:
+    from cloudrl import tracking
+
+    client = tracking.make_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = tracking.get_or_create_experiment(client, "finishing")
+    ok = tracking.start_run(client, exp, "ok", {})
+    with tracking.finishing(client, ok):
+        tracking.log_metrics(client, ok, {"x": 1.0})
+    bad = tracking.start_run(client, exp, "bad", {})
+    with pytest.raises(RuntimeError, match="boom"), tracking.finishing(client, bad):
+        raise RuntimeError("boom")
+    assert client.get_run(ok).info.status == "FINISHED"
+    assert client.get_run(bad).info.status == "FAILED"

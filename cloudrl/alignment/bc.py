@@ -529,7 +529,7 @@ def _log_to_mlflow(cfg: BCConfig, res: BCResult) -> str:
     run_id = tracking.start_run(client, exp_id, cfg.name, {"phase": "bc",
                                                           "cloudrl.kind": "align",
                                                           "interface": cfg.interface})
-    try:
+    with tracking.finishing(client, run_id):
         tracking.log_params(client, run_id, {**cfg.model_dump(),
                                              "samples": res.meta["samples"],
                                              "episodes": res.meta["episodes"]})
@@ -537,10 +537,6 @@ def _log_to_mlflow(cfg: BCConfig, res: BCResult) -> str:
             tracking.log_metrics(client, run_id, {k: v for k, v in row.items()
                                                   if k != "epoch"}, step=int(row["epoch"]))
         tracking.log_artifacts(client, run_id, [res.out], "bc")
-    except Exception:
-        tracking.end_run(client, run_id, "FAILED")
-        raise
-    tracking.end_run(client, run_id)
     return run_id
 
 

@@ -160,7 +160,7 @@ def run_train(cfg: Any, parent: str | None = None) -> dict[str, Any]:
 
     t = cfg.train
     client, run_id = _run(cfg, "train", parent, t.model_dump())
-    try:
+    with tracking.finishing(client, run_id):
         res = train_phase3(t, cfg.env, cfg.teacher, on_iteration=lambda it, m: (
             tracking.log_metrics(client, run_id, m, step=it)))
         for r in res.requeries:
@@ -178,10 +178,6 @@ def run_train(cfg: Any, parent: str | None = None) -> dict[str, Any]:
             rq = Path(t.out).resolve() / "requery" / "requery.json"
             tracking.log_artifacts(client, run_id, files + ([rq] if rq.is_file() else []),
                                    "phase3")
-    except Exception:
-        tracking.end_run(client, run_id, "FAILED")
-        raise
-    tracking.end_run(client, run_id)
     return {"checkpoint": str(res.checkpoint), "iterations": len(res.history),
             "env_steps": res.history[-1]["env_steps"] if res.history else 0,
             "labels_requeried": sum(r["new_pairs"] for r in res.requeries),
@@ -231,14 +227,10 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
     client, parent = _run(cfg, "pipeline", None, {"phases": ",".join(PHASES),
                                                   "skip": ",".join(cfg.pipeline.skip)})
     out: dict[str, Any] = {"mlflow_run": parent}
-    try:
+    with tracking.finishing(client, parent):
         for phase in PHASES:
             if phase not in cfg.pipeline.skip:
                 out[phase] = RUNNERS[phase](cfg, parent)
-    except Exception:
-        tracking.end_run(client, parent, "FAILED")
-        raise
-    tracking.end_run(client, parent)
     return out
 
 

@@ -507,7 +507,7 @@ def _log_to_mlflow(cfg: RewardModelConfig, res: RewardModelResult) -> str:
     exp_id = tracking.get_or_create_experiment(client, cfg.experiment)
     run_id = tracking.start_run(client, exp_id, cfg.name, {"phase": "reward_model",
                                                           "cloudrl.kind": "align"})
-    try:
+    with tracking.finishing(client, run_id):
         tracking.log_params(client, run_id, cfg.model_dump())
         for row in res.history:
             tracking.log_metrics(client, run_id, {k: v for k, v in row.items() if k != "epoch"},
@@ -525,8 +525,4 @@ def _log_to_mlflow(cfg: RewardModelConfig, res: RewardModelResult) -> str:
                                                 res.checkpoint_dir / HISTORY_FILE,
                                                 res.checkpoint_dir / CALIBRATION_FILE],
                                "reward_model")
-    except Exception:
-        tracking.end_run(client, run_id, "FAILED")
-        raise
-    tracking.end_run(client, run_id)
     return run_id
