@@ -233,6 +233,25 @@ def test_hparams_are_typed_per_algorithm_and_errors_name_the_key():
         assert locs == [where], (algo, hparams)
 
 
+def test_apex_bdq_hparams_take_the_alignment_heads_settings_like_bdq(tmp_path):
+    from pydantic import ValidationError
+
+    given = {"alignment_weight": 0.1, "alignment_pairs": str(tmp_path / "pairs"),
+             "alignment_batch": 8, "alignment_trunk_grad_scale": 0.5}
+    cfg = TrainConfig(algo="apex_bdq", num_env_runners=1, hparams=given)
+    kwargs = cfg.training_kwargs()
+    assert {k: kwargs[k] for k in given} == given
+    assert kwargs["num_replay_shards"] == 1
+    config = build_algo_config(cfg)  # ApexBDQConfig takes them as BDQConfig's
+    assert (config.alignment_weight, config.alignment_batch) == (0.1, 8)
+    for hparams, where in [({"alignment_weight": -0.1}, "hparams.alignment_weight"),
+                           ({"alignment_batch": 0}, "hparams.alignment_batch"),
+                           ({"alignment_wieght": 0.1}, "hparams.alignment_wieght")]:
+        with pytest.raises(ValidationError) as info:
+            TrainConfig(algo="apex_bdq", num_env_runners=1, hparams=hparams)
+        assert [".".join(map(str, e["loc"])) for e in info.value.errors()] == [where]
+
+
 def test_cli_train_hparams_json_keeps_working_and_bad_keys_exit_2(capsys, monkeypatch):
     import cloudrl.training as training
     from cloudrl.algorithms.specs import ALGOS

@@ -7,13 +7,14 @@ from typing import Any
 from pydantic import Field
 
 from cloudrl.algorithms.dqn import QLearningHparams
-from cloudrl.algorithms.hparams import RunShape
+from cloudrl.algorithms.hparams import AlignmentHparams, RunShape
 
 
-class ApexBDQHparams(QLearningHparams):
+class ApexBDQHparams(QLearningHparams, AlignmentHparams):
     """``ApexBDQConfig.training(...)`` arguments: BDQ's, without the epsilon schedule
     (Ape-X's actors explore with constant per-actor epsilons); as many replay shards as
-    actors, at most 2. Fields left at None keep ``ApexBDQConfig``'s defaults (see
+    actors, at most 2; the alignment head's ``alignment_*`` settings, inherited from
+    ``BDQConfig``. Fields left at None keep ``ApexBDQConfig``'s defaults (see
     :mod:`cloudrl.algorithms.apex_bdq.apex_bdq`)."""
 
     double_q: bool | None = None
