@@ -7,6 +7,7 @@ learner connector pipelines build (PPO: after GAE's extra step; BDQ: n-step repl
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import numpy as np
@@ -76,9 +77,10 @@ def expected_model_rewards(model, next_obs: list) -> np.ndarray:
 def tiny_train_config(algo: str, hparams: dict | None = None):
     from cloudrl.training import TrainConfig
 
-    defaults = ({"train_batch_size_per_learner": 100, "minibatch_size": 50, "num_epochs": 1}
-                if algo == "ppo" else {"num_steps_sampled_before_learning_starts": 0,
-                                       "gamma": GAMMA})
+    defaults = {"ppo": {"train_batch_size_per_learner": 100, "minibatch_size": 50,
+                        "num_epochs": 1},
+                "appo": {"train_batch_size_per_learner": 100}}.get(
+        algo, {"num_steps_sampled_before_learning_starts": 0, "gamma": GAMMA})
     return TrainConfig(algo=algo, env=ENV, env_steps=200, hidden=16, envs_per_runner=1,
                        reward_scale=SCALE, hparams={**defaults, **(hparams or {})})
 
@@ -184,11 +186,23 @@ def _state(algo) -> dict:
             algo.learner_group._learner.module["default_policy"].state_dict().items()}
 
 
-def _update(algo, episodes, **kw) -> dict:
+def _update(algo, episodes, **kw) -> tuple[dict, dict]:
+    """The module's state after one update on ``episodes``, and the update's results.
+
+    APPO's learner hands batches to its learner thread; the update that thread runs is
+    called here directly, so it is done (and its metrics are ours) on return."""
+    from ray.rllib.algorithms.impala.impala_learner import IMPALALearner
+    from ray.rllib.core.learner.learner import Learner
+
     np.random.seed(0)
     torch.manual_seed(0)
-    algo.learner_group.update(episodes=copy.deepcopy(episodes), **kw)
-    return _state(algo)
+    learner = algo.learner_group._learner
+    if isinstance(learner, IMPALALearner):
+        results = Learner.update(learner, episodes=copy.deepcopy(episodes), timesteps={},
+                                 **kw)
+    else:
+        results = algo.learner_group.update(episodes=copy.deepcopy(episodes), **kw)[0]
+    return _state(algo), results
 
 
 def _same_start(a, b) -> None:
@@ -200,8 +214,9 @@ def _same_start(a, b) -> None:
             target.load_state_dict(online.state_dict())
 
 
-@pytest.mark.parametrize("algo_name", ["ppo", "bdq"])
+@pytest.mark.parametrize("algo_name", ["ppo", "appo", "bdq"])
 def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path):
+    from cloudrl.algorithms.anchor import KL_KEY, MARGIN_KEY
     from cloudrl.algorithms.specs import load, spec_of
     from cloudrl.alignment.recording import record_episodes
     from cloudrl.training import build_algo_config
@@ -210,7 +225,12 @@ def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path)
     interface = spec_of(algo_name).interface
     plain = build(algo_name, None)
     ref_dir = tmp_path / "bc"
-    plain.learner_group._learner.module["default_policy"].save_to_path(str(ref_dir))
+    ref = copy.deepcopy(plain.learner_group._learner.module["default_policy"])
+    torch.manual_seed(1)
+    with torch.no_grad():  # a reference the start is not at: the KL is > 0 from step 1
+        for p in ref.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    ref.save_to_path(str(ref_dir))
     record_episodes("power_aware", tmp_path / "demos", env_config=ENV, interface=interface,
                     episodes=1, max_steps=20)
     cfg = tiny_train_config(algo_name)
@@ -222,9 +242,9 @@ def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path)
             learner_class=anchored_cls, learner_config_dict={"anchor": a})).build_algo()
         assert isinstance(algos[coeff].learner_group._learner, anchored_cls)
     try:
-        if algo_name == "ppo":
+        if algo_name in ("ppo", "appo"):
             episodes = plain.env_runner.sample(num_timesteps=100, random_actions=False)
-            kw = {"minibatch_size": 50, "num_epochs": 1}
+            kw = {"minibatch_size": 50, "num_epochs": 1} if algo_name == "ppo" else {}
         else:
             buffer = plain.local_replay_buffer
             buffer.add(plain.env_runner.sample(num_timesteps=64, random_actions=True))
@@ -233,13 +253,17 @@ def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path)
         for a in algos.values():
             _same_start(plain, a)
         before = _state(plain)
-        want = _update(plain, episodes, **kw)
-        got0 = _update(algos[0.0], episodes, **kw)
-        got1 = _update(algos[1.0], episodes, **kw)
+        want, _ = _update(plain, episodes, **kw)
+        got0, results0 = _update(algos[0.0], episodes, **kw)
+        got1, results1 = _update(algos[1.0], episodes, **kw)
         assert any(not torch.equal(want[k], before[k]) for k in want)  # it learned
         for k in want:
             assert torch.equal(want[k], got0[k]), k  # weight 0: plain, bit for bit
         assert any(not torch.equal(want[k], got1[k]) for k in want)  # weight 1 differs
+        key = MARGIN_KEY if algo_name == "bdq" else KL_KEY
+        assert key not in results0["default_policy"]  # weight 0: nothing computed
+        logged = float(results1["default_policy"][key])
+        assert math.isfinite(logged) and logged > 0.0  # KL(pi_bc || pi), margin loss
     finally:
         plain.stop()
         for a in algos.values():
