@@ -89,6 +89,14 @@ def start_run(client: MlflowClient, experiment_id: str, run_name: str,
     return run.info.run_id
 
 
+def open_run(uri: str | None, experiment: str, run_name: str, tags: Mapping[str, Any]
+             ) -> tuple[MlflowClient, str]:
+    """(client, id) of a new RUNNING run in ``experiment`` (created if missing) at ``uri``."""
+    client = make_client(uri)
+    return client, start_run(client, get_or_create_experiment(client, experiment), run_name,
+                             tags)
+
+
 def end_run(client: MlflowClient, run_id: str, status: str = "FINISHED") -> None:
     client.set_terminated(run_id, status=status)
 

@@ -524,11 +524,9 @@ def _finish(cfg: BCConfig, demos: Demonstrations, out: Path) -> BCResult:
 def _log_to_mlflow(cfg: BCConfig, res: BCResult) -> str:
     from cloudrl import tracking
 
-    client = tracking.make_client(cfg.tracking_uri)
-    exp_id = tracking.get_or_create_experiment(client, cfg.experiment)
-    run_id = tracking.start_run(client, exp_id, cfg.name, {"phase": "bc",
-                                                          "cloudrl.kind": "align",
-                                                          "interface": cfg.interface})
+    client, run_id = tracking.open_run(cfg.tracking_uri, cfg.experiment, cfg.name,
+                                       {"phase": "bc", "cloudrl.kind": "align",
+                                        "interface": cfg.interface})
     with tracking.finishing(client, run_id):
         tracking.log_params(client, run_id, {**cfg.model_dump(),
                                              "samples": res.meta["samples"],

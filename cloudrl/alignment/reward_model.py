@@ -503,10 +503,8 @@ def train_reward_model(cfg: RewardModelConfig, pairs: PairArrays | None = None,
 def _log_to_mlflow(cfg: RewardModelConfig, res: RewardModelResult) -> str:
     from cloudrl import tracking
 
-    client = tracking.make_client(cfg.tracking_uri)
-    exp_id = tracking.get_or_create_experiment(client, cfg.experiment)
-    run_id = tracking.start_run(client, exp_id, cfg.name, {"phase": "reward_model",
-                                                          "cloudrl.kind": "align"})
+    client, run_id = tracking.open_run(cfg.tracking_uri, cfg.experiment, cfg.name,
+                                       {"phase": "reward_model", "cloudrl.kind": "align"})
     with tracking.finishing(client, run_id):
         tracking.log_params(client, run_id, cfg.model_dump())
         for row in res.history:
