@@ -329,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", action="append",
                     help="trained checkpoint dir (repeatable); compared with --policy "
                          "(default: all heuristics)")
-    ev.add_argument("--split", choices=("test", "train"), help="seed pool (default test)")
+    ev.add_argument("--split", choices=("test", "validation", "train"),
+                    help="seed pool (default test)")
     ev.add_argument("--n-seeds", type=int, help="seeds to run (default 50)")
     ev.add_argument("--workers", type=int, help="worker processes (default 2)")
     ev.add_argument("--out", help="output path stem for .csv and .json (default: results/"
