@@ -23,9 +23,12 @@ import gymnasium as gym
 
 FLAT_ID = "cloudrl/ClusterScheduling-v0"
 BRANCHING_ID = "cloudrl/ClusterBranching-v0"
+GATED_ID = "cloudrl/GatedController-v0"  # Discrete choice of a controller setting
+HIERARCHICAL_ID = "cloudrl/Hierarchical-v0"  # RLlib only: envs.hierarchical_env (multi-agent)
 _ENTRY_POINTS = {
     FLAT_ID: "envs.cluster_env:ClusterSchedulingEnv",
     BRANCHING_ID: "envs.cluster_env:ClusterBranchingEnv",
+    GATED_ID: "envs.gated_env:GatedControllerEnv",
 }
 
 
@@ -60,9 +63,18 @@ def register_rllib_envs() -> None:
     from ray.tune.registry import register_env
 
     from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
+    from envs.gated_env import GatedControllerEnv
 
     register_env(FLAT_ID, lambda ctx: make_rllib_env(ClusterSchedulingEnv, ctx))
     register_env(BRANCHING_ID, lambda ctx: make_rllib_env(ClusterBranchingEnv, ctx))
+    register_env(GATED_ID, lambda ctx: make_rllib_env(GatedControllerEnv, ctx))
+    register_env(HIERARCHICAL_ID, _hierarchical_env)
+
+
+def _hierarchical_env(env_config: Mapping[str, Any]) -> Any:
+    from envs.hierarchical_env import HierarchicalClusterEnv
+
+    return HierarchicalClusterEnv(env_config)
 
 
 RLLIB_REGISTRY = "ray.tune.registry"
