@@ -11,6 +11,7 @@ from cloudrl import serve_cli, trace_import
 from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
 from cloudrl.config_loader import ConfigError, load_config
+from cloudrl.headline import cli as headline_cli
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
@@ -120,6 +121,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             overrides[key] = getattr(args, key)
     if args.policy or checkpoints:
         overrides["policies"] = checkpoints + (args.policy or ["all"])
+    if getattr(args, "heuristic_params", None):  # a tuned heuristic: its own row, <name>_tuned
+        from cloudrl.headline.tuning import load_tuned
+
+        tuned = load_tuned(args.heuristic_params)
+        overrides["heuristic_params"] = {tuned.heuristic: tuned.params}
+        overrides["policies"] = overrides.get("policies", ["all"]) + [tuned.name]
     cfg = load_config(EvalConfig, args.config, overrides)
     _check_checkpoints(checkpoints, cfg)
     if cfg.env.workload.kind == "trace":
@@ -329,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", action="append",
                     help="trained checkpoint dir (repeatable); compared with --policy "
                          "(default: all heuristics)")
+    ev.add_argument("--heuristic-params", metavar="JSON",
+                    help="tuned parameters from cloudrl tune-heuristic: adds the row "
+                         "<heuristic>_tuned (e.g. power_aware_tuned)")
     ev.add_argument("--split", choices=("test", "validation", "train"),
                     help="seed pool (default test)")
     ev.add_argument("--n-seeds", type=int, help="seeds to run (default 50)")
@@ -420,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_import.register(sub)
     align_cli.register(sub)
     serve_cli.register(sub)
+    headline_cli.register(sub)
     return parser
 
 

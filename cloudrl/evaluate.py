@@ -13,8 +13,9 @@ import sys
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm import tqdm
 
 from cloudrl.metrics import METRIC_LABELS, METRICS, EpisodeMetrics, episode_metrics, summarize
@@ -22,6 +23,8 @@ from cloudrl.policy import Interface, Policy
 from cloudrl.protocol import N_SEEDS, Split, seeds_for
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.env_config import EnvConfig
+
+TUNED_SUFFIX = "_tuned"  # the row of a heuristic run with tuned parameters
 
 
 class EvalConfig(BaseModel):
@@ -35,6 +38,8 @@ class EvalConfig(BaseModel):
     split: Split = "test"
     n_seeds: int = Field(default=N_SEEDS, ge=1, le=N_SEEDS)
     workers: int = Field(default=2, ge=1, le=64)
+    # tuned parameters per heuristic (`cloudrl tune-heuristic`): policy "<name>_tuned" runs them
+    heuristic_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("policies")
     @classmethod
@@ -47,7 +52,7 @@ class EvalConfig(BaseModel):
         for name in names:
             if name == "all":
                 expanded.extend(HEURISTICS)
-            elif name in HEURISTICS:
+            elif name in HEURISTICS or name.removesuffix(TUNED_SUFFIX) in HEURISTICS:
                 expanded.append(name)
             elif Path(name).exists():
                 from cloudrl.checkpoint_policy import is_checkpoint
@@ -61,13 +66,31 @@ class EvalConfig(BaseModel):
                                  f"{sorted(HEURISTICS)}, 'all', or a checkpoint path")
         return list(dict.fromkeys(expanded))
 
+    @model_validator(mode="after")
+    def _tuned_rows_have_params(self) -> EvalConfig:
+        from cloudrl.headline.tuning import tuned_heuristic
+
+        for base, params in self.heuristic_params.items():
+            try:
+                tuned_heuristic(base, params, self.interface)
+            except ValueError as e:
+                raise ValueError(f"heuristic_params.{base}: {e}") from None
+        for name in self.policies:
+            base = name.removesuffix(TUNED_SUFFIX)
+            if name.endswith(TUNED_SUFFIX) and base not in self.heuristic_params:
+                raise ValueError(f"policy {name!r} needs heuristic_params.{base} "
+                                 f"(--heuristic-params FILE from cloudrl tune-heuristic)")
+        return self
+
 
 def make_env(env_cfg: EnvConfig, interface: Interface):
     return ClusterSchedulingEnv(env_cfg) if interface == "flat" else ClusterBranchingEnv(env_cfg)
 
 
-def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = None) -> Policy:
-    """A heuristic by name, or a trained checkpoint by path (checked against the env)."""
+def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = None,
+                   heuristic_params: dict[str, dict[str, Any]] | None = None) -> Policy:
+    """A heuristic by name, a tuned one (``<name>_tuned`` with ``heuristic_params[name]``),
+    or a trained checkpoint by path (checked against the env)."""
     from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
     from cloudrl.heuristics import make_heuristic
 
@@ -79,6 +102,11 @@ def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = 
         if env_cfg is not None:
             policy.check_env(env_cfg)
         return policy
+    base = name.removesuffix(TUNED_SUFFIX)
+    if name.endswith(TUNED_SUFFIX) and base in (heuristic_params or {}):
+        from cloudrl.headline.tuning import tuned_heuristic
+
+        return tuned_heuristic(base, heuristic_params[base], interface)
     return make_heuristic(name, interface)
 
 
@@ -95,10 +123,11 @@ def run_episode(policy: Policy, env, seed: int) -> EpisodeMetrics:
     return episode_metrics(policy.name, seed, env.sim.stats, total, invalid)
 
 
-def _run_chunk(args: tuple[EnvConfig, Interface, str, tuple[int, ...]]) -> list[EpisodeMetrics]:
-    env_cfg, interface, name, seeds = args
+def _run_chunk(args: tuple[EnvConfig, Interface, str, tuple[int, ...], dict]
+               ) -> list[EpisodeMetrics]:
+    env_cfg, interface, name, seeds, params = args
     env = make_env(env_cfg, interface)
-    policy = resolve_policy(name, interface, env_cfg)
+    policy = resolve_policy(name, interface, env_cfg, params)
     return [run_episode(policy, env, s) for s in seeds]
 
 
@@ -106,7 +135,7 @@ def evaluate(cfg: EvalConfig, progress: bool = True) -> list[EpisodeMetrics]:
     """All (policy, seed) episodes of ``cfg``; results ordered by policy then seed."""
     seeds = seeds_for(cfg.split, cfg.n_seeds)
     chunk = max(1, len(seeds) // (4 * cfg.workers))
-    tasks = [(cfg.env, cfg.interface, name, seeds[i:i + chunk])
+    tasks = [(cfg.env, cfg.interface, name, seeds[i:i + chunk], cfg.heuristic_params)
              for name in cfg.policies for i in range(0, len(seeds), chunk)]
     bar = tqdm(total=len(cfg.policies) * len(seeds), desc="episodes", unit="ep",
                disable=not progress, file=sys.stderr)

@@ -1,0 +1,66 @@
+"""Command line of the headline result: ``cloudrl tune-heuristic`` and ``cloudrl headline``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cloudrl.config_loader import load_config
+
+_SYNTHETIC = ("poisson", "google_v2_like")
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from cloudrl.headline.tuning import TuneHeuristicConfig, tune_heuristic
+
+    overrides: dict[str, Any] = {}
+    env: dict[str, Any] = {}
+    if args.workload:
+        env["workload"] = {"kind": args.workload}
+    if args.n_servers is not None:
+        env["n_servers"] = args.n_servers
+    if args.episode_length is not None:
+        env["sim"] = {"episode_length": args.episode_length}
+    if env:
+        overrides["env"] = env
+    for key in ("interface", "num_samples", "n_seeds", "tracking_uri", "experiment",
+                "max_concurrent_trials"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    cfg = load_config(TuneHeuristicConfig, args.config, overrides)
+    tuned = tune_heuristic(cfg, args.out)
+    out = args.out or cfg.default_out()
+    print(f"\ntuned power_aware on {cfg.n_seeds} train seeds ({cfg.num_samples} trials), "
+          f"workload {tuned.workload}, N={tuned.n_servers}, interface {tuned.interface}")
+    for label, m in (("default", tuned.default_train), ("tuned", tuned.train)):
+        if m:
+            print(f"  {label:8s} reward {m['reward_mean']:10.1f} ± {m['reward_ci95']:.1f}  "
+                  f"energy {m['energy_kwh_mean']:7.2f} kWh  "
+                  f"SLA viol. {100 * m['sla_violation_rate_mean']:.3f}%  "
+                  f"toggles {m['toggles_mean']:.1f}")
+    print("  params: " + ", ".join(f"{k}={v}" for k, v in tuned.params.items()))
+    print(f"wrote {out}\nevaluate it: cloudrl evaluate --workload {tuned.workload} "
+          f"--n-servers {tuned.n_servers} --interface {tuned.interface} "
+          f"--policy power_aware --heuristic-params {out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``tune-heuristic`` and ``headline`` to the ``cloudrl`` subparsers."""
+    tune = sub.add_parser("tune-heuristic", help="tune power_aware's knobs with a Ray Tune "
+                                                 "sweep on the train seeds (MLflow-tracked)")
+    tune.add_argument("--config", metavar="YAML", help="TuneHeuristicConfig file")
+    tune.add_argument("--workload", choices=_SYNTHETIC, help="workload (default poisson)")
+    tune.add_argument("--n-servers", type=int, help="fleet size (default 50)")
+    tune.add_argument("--episode-length", type=int, help="ticks per episode (default 1000)")
+    tune.add_argument("--interface", choices=("flat", "branching"),
+                      help="action interface (default branching)")
+    tune.add_argument("--num-samples", type=int, help="Tune trials (default 40)")
+    tune.add_argument("--n-seeds", type=int, help="train seeds per trial (default 50)")
+    tune.add_argument("--max-concurrent-trials", type=int, help="default 2")
+    tune.add_argument("--experiment", help="MLflow experiment (default cloudrl-tune-heuristic)")
+    tune.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI,"
+                                             " else sqlite:///$PWD/mlflow.db)")
+    tune.add_argument("--out", help="JSON of the best parameters (default results/headline/"
+                                    "tune_<workload>_n<N>_<interface>/tuned_power_aware.json)")
+    tune.set_defaults(func=_cmd_tune)
