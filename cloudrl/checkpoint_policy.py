@@ -65,10 +65,18 @@ class CheckpointPolicy:
         self.module.eval()
         self._torch = torch
         torch.set_num_threads(1)
+        self._gate = _Gate.of(self.module)
+
+    @property
+    def gated(self) -> bool:
+        """The module picks a preset of a controller (``gated_dqn``), which acts."""
+        return self._gate is not None
 
     def reset(self) -> None:
         """Reseed the sampling generator: evaluation episodes stay seed-exact."""
         self._rng = np.random.default_rng(self.sample_seed)
+        if self._gate is not None:
+            self._gate.reset()
 
     def check_env(self, env_cfg: EnvConfig) -> None:
         """Refuse to run on an env whose spaces differ from the one trained on."""
@@ -91,6 +99,8 @@ class CheckpointPolicy:
     def scores_batch(self, observations: list[dict[str, np.ndarray]]) -> np.ndarray:
         """:meth:`scores` of many observations in one forward pass (leading batch axis)."""
         torch = self._torch
+        if self._gate is not None:
+            observations = [self._gate.observation(o) for o in observations]
         batch = {k: torch.from_numpy(np.stack([np.asarray(o[k], dtype=np.float32)
                                                for o in observations]))
                  for k in observations[0]}
@@ -103,12 +113,16 @@ class CheckpointPolicy:
 
     def greedy_action(self, scores: np.ndarray, obs: dict[str, np.ndarray]) -> int | np.ndarray:
         """The best feasible action under ``scores`` (one row of :meth:`scores_batch`)."""
+        if self._gate is not None:  # one served state: a fresh controller, no history
+            return self._gate.served_action(scores, obs)
         mask = obs["action_mask"] > 0
         if self.interface == "flat":
             return int(np.argmax(np.where(mask, scores, -np.inf)))
         return self._act_branching(scores, mask, obs)
 
     def act(self, obs: dict[str, np.ndarray]) -> int | np.ndarray:
+        if self._gate is not None:
+            return self._gate.act(obs, self.scores)
         scores = self.scores(obs)
         if self.interface != "flat" or not self.stochastic:
             return self.greedy_action(scores, obs)
@@ -131,3 +145,42 @@ class CheckpointPolicy:
             action[d] = int(np.argmax(np.where(branch_mask, scores[d, :size], -np.inf)))
             offset += size
         return action
+
+
+class _Gate:
+    """A gated checkpoint's controller (``model_config["gate"]``, see ``envs.gated_env``):
+    the module's argmax picks the preset every ``decision_every`` ticks, the controller
+    turns it into the env action."""
+
+    def __init__(self, gate: dict[str, Any]) -> None:
+        from envs.gated_env import resolve_controller
+
+        self.controller = resolve_controller(gate["controller"], gate.get("controller_config"))
+        self._served = resolve_controller(gate["controller"], gate.get("controller_config"))
+        self.n_choices = int(self.controller.n_choices)
+        self.decision_every = int(gate.get("decision_every", 1))
+        self.reset()
+
+    @classmethod
+    def of(cls, module: Any) -> _Gate | None:
+        gate = (getattr(module, "model_config", None) or {}).get("gate")
+        return cls(gate) if gate else None
+
+    def reset(self) -> None:
+        self.controller.reset()
+        self._tick, self.choice = 0, 0
+
+    def observation(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from envs.gated_env import gated_observation
+
+        return gated_observation(obs, self.n_choices)
+
+    def act(self, obs: dict[str, np.ndarray], scores: Any) -> np.ndarray:
+        if self._tick % self.decision_every == 0:
+            self.choice = int(np.argmax(scores(obs)))
+        self._tick += 1
+        return self.controller.act(obs, self.choice)
+
+    def served_action(self, scores: np.ndarray, obs: dict[str, np.ndarray]) -> np.ndarray:
+        self._served.reset()
+        return self._served.act(obs, int(np.argmax(scores)))

@@ -23,6 +23,7 @@ from cloudrl.algorithms.apex_bdq.hparams import ApexBDQHparams
 from cloudrl.algorithms.appo import APPOHparams
 from cloudrl.algorithms.bdq.hparams import BDQHparams
 from cloudrl.algorithms.dqn import DQNHparams
+from cloudrl.algorithms.gated.hparams import GatedHparams
 from cloudrl.algorithms.hparams import Hparams, RunShape
 from cloudrl.algorithms.impala import IMPALAHparams, iterations_per_train_batch
 from cloudrl.algorithms.ppo import PPOHparams
@@ -64,6 +65,13 @@ class AlgorithmSpec:
         return self.hparams.model_validate(dict(hparams)).training_kwargs(run)
 
 
+def _configure_gated(config: Any) -> None:
+    """Train on the gated env (``cloudrl.algorithms.gated.config``; imports RLlib)."""
+    from cloudrl.algorithms.gated.config import configure_gated
+
+    configure_gated(config)
+
+
 ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
     AlgorithmSpec("ppo", "cloudrl.algorithms.masked_ppo:MaskedPPOConfig",
                   "models.masked_ppo:MaskedPPOTorchRLModule", "flat", "sync", PPOHparams,
@@ -84,6 +92,10 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
     AlgorithmSpec("apex_bdq", "cloudrl.algorithms.apex_bdq.apex_bdq:ApexBDQConfig",
                   "models.bdq:BDQTorchRLModule", "branching", "async", ApexBDQHparams,
                   min_env_runners=1),
+    # the power-aware heuristic acts; the module picks its preset (on the branching env)
+    AlgorithmSpec("gated_dqn", "cloudrl.algorithms.gated.config:GatedDQNConfig",
+                  "models.masked_dqn:MaskedDQNTorchRLModule", "branching", "sync", GatedHparams,
+                  configure=_configure_gated),
 )}
 ALGOS: tuple[str, ...] = tuple(ALGORITHMS)
 Algo = Literal[ALGOS]  # type: ignore[valid-type]
