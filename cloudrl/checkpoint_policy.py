@@ -26,12 +26,27 @@ from cloudrl.algorithms.specs import spec_of
 from envs.env_config import EnvConfig
 
 MODULE_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
+# a multi-agent checkpoint (the hierarchy) keeps its learned module under its agent's id
+SUPERVISOR_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "supervisor"
 META_FILE = "cloudrl.json"
 
 
 def is_checkpoint(path: str | Path) -> bool:
     p = Path(path)
-    return (p / META_FILE).is_file() and (p / MODULE_SUBDIR).is_dir()
+    return (p / META_FILE).is_file() and ((p / MODULE_SUBDIR).is_dir()
+                                          or (p / SUPERVISOR_SUBDIR).is_dir())
+
+
+def load_policy(path: str | Path, mode: str = "auto", sample_seed: int = 0) -> Any:
+    """The policy of checkpoint ``path``: :class:`CheckpointPolicy`, or the row's
+    ``policy_loader`` (``cloudrl.algorithms.specs``) for algorithms that have one."""
+    from cloudrl.algorithms.specs import load
+
+    loader = spec_of(read_meta(path)["algo"]).policy_loader
+    if loader is None:
+        return CheckpointPolicy(path, mode=mode, sample_seed=sample_seed)
+    return load(loader).from_checkpoint(path, mode="greedy" if mode == "auto" else mode,
+                                        sample_seed=sample_seed)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

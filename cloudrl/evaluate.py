@@ -91,11 +91,11 @@ def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = 
                    heuristic_params: dict[str, dict[str, Any]] | None = None) -> Policy:
     """A heuristic by name, a tuned one (``<name>_tuned`` with ``heuristic_params[name]``),
     or a trained checkpoint by path (checked against the env)."""
-    from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
+    from cloudrl.checkpoint_policy import is_checkpoint, load_policy
     from cloudrl.heuristics import make_heuristic
 
     if is_checkpoint(name):
-        policy = CheckpointPolicy(name)
+        policy = load_policy(name)
         if policy.interface != interface:
             raise ValueError(f"checkpoint {name} acts on the {policy.interface} interface, "
                              f"evaluation asked for {interface}")

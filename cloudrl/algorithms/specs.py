@@ -24,6 +24,7 @@ from cloudrl.algorithms.appo import APPOHparams
 from cloudrl.algorithms.bdq.hparams import BDQHparams
 from cloudrl.algorithms.dqn import DQNHparams
 from cloudrl.algorithms.gated.hparams import GatedHparams
+from cloudrl.algorithms.hierarchical.hparams import HierarchicalHparams, hierarchy_hook
 from cloudrl.algorithms.hparams import Hparams, RunShape
 from cloudrl.algorithms.impala import IMPALAHparams, iterations_per_train_batch
 from cloudrl.algorithms.ppo import PPOHparams
@@ -51,6 +52,9 @@ class AlgorithmSpec:
     # phase 3 of alignment (learned reward + anchor to the phase-1 policy): the learner
     # class with the anchor (cloudrl.algorithms.anchor); None: no phase 3 for it
     anchored_learner: str | None = None
+    # "module:Class" with ``from_checkpoint(path, mode=...)`` for checkpoints that are not
+    # one RLModule acting alone (the hierarchy); None: cloudrl.checkpoint_policy's own
+    policy_loader: str | None = None
 
     def new_config(self) -> Any:
         """An empty RLlib ``AlgorithmConfig`` of this algorithm."""
@@ -92,6 +96,11 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
     AlgorithmSpec("apex_bdq", "cloudrl.algorithms.apex_bdq.apex_bdq:ApexBDQConfig",
                   "models.bdq:BDQTorchRLModule", "branching", "async", ApexBDQHparams,
                   min_env_runners=1),
+    AlgorithmSpec("hierarchical",
+                  "cloudrl.algorithms.hierarchical.hierarchical:HierarchicalPPOConfig",
+                  "models.hierarchical:SupervisorPPOTorchRLModule", "flat", "sync",
+                  HierarchicalHparams, configure=hierarchy_hook, samples_actions=True,
+                  policy_loader="cloudrl.algorithms.hierarchical.policy:HierarchicalPolicy"),
     # the power-aware heuristic acts; the module picks its preset (on the branching env)
     AlgorithmSpec("gated_dqn", "cloudrl.algorithms.gated.config:GatedDQNConfig",
                   "models.masked_dqn:MaskedDQNTorchRLModule", "branching", "sync", GatedHparams,

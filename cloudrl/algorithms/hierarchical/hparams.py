@@ -1,0 +1,63 @@
+"""The hierarchical supervisor's typed hyperparameters (``cloudrl train --algo hierarchical``).
+
+PPO's settings for the supervisor, plus the hierarchy itself: ``sub_agents`` (specs:
+heuristic names or checkpoint directories, in the order of the supervisor's actions),
+``k`` (ticks per supervisor decision) and ``supervisor_hidden`` (MLP width). One
+supervisor step is ``k`` cluster ticks, so ``env_steps`` and the batch sizes count
+supervisor decisions (100 per 1,000-tick episode at ``k=10``). Ray-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from cloudrl.algorithms.ppo import PPOHparams
+
+META_FILE = "cloudrl.json"  # as cloudrl.checkpoint_policy (not imported: no cycle via specs)
+
+
+class HierarchicalHparams(PPOHparams):
+    """PPO on the supervisor; sub-agents frozen inside the env."""
+
+    sub_agents: list[str] = Field(default_factory=lambda: ["power_aware", "sjf"],
+                                  min_length=1, description="heuristic names or checkpoints")
+    k: int = Field(default=10, ge=1, description="ticks per supervisor decision")
+    supervisor_hidden: int = Field(default=64, ge=4)
+    train_batch_size_per_learner: int = Field(default=1000, ge=1)
+    num_epochs: int = Field(default=8, ge=1)
+
+    @field_validator("sub_agents")
+    @classmethod
+    def _known(cls, specs: list[str]) -> list[str]:
+        from cloudrl.heuristics import HEURISTICS
+
+        out = []
+        for spec in specs:
+            if spec in HEURISTICS:
+                out.append(spec)
+            elif (Path(spec) / META_FILE).is_file():
+                out.append(str(Path(spec).resolve()))
+            else:
+                raise ValueError(f"sub-agent {spec!r} is neither a heuristic "
+                                 f"({', '.join(sorted(HEURISTICS))}) nor a cloudrl checkpoint")
+        return out
+
+    @model_validator(mode="after")
+    def _no_alignment(self) -> HierarchicalHparams:
+        if any(getattr(self, f) is not None for f in AlignmentFields):
+            raise ValueError("the alignment head is not available for the hierarchical "
+                             "supervisor (alignment_* settings)")
+        return self
+
+
+AlignmentFields = ("alignment_pairs", "alignment_weight", "alignment_batch",
+                   "alignment_trunk_grad_scale")
+
+
+def hierarchy_hook(config: Any) -> None:
+    """The row's ``configure`` hook: turn the PPO config into the hierarchy's
+    (``HierarchicalPPOConfig.to_hierarchy``; a method call, so no import here)."""
+    config.to_hierarchy()
