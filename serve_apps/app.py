@@ -252,7 +252,8 @@ class DecisionService:
         return DecideResponse(
             action=policy.describe(outcome.action, obs), policy=policy.name,
             policy_version=version, answered_by="model" if outcome.by_model else "fallback",
-            fallback_reason=outcome.reason, latency_ms=(time.perf_counter() - start) * 1e3)
+            fallback_reason=outcome.reason, decided_by=outcome.decided_by,
+            latency_ms=(time.perf_counter() - start) * 1e3)
 
     @api.get("/v1/policy")
     async def policy(self, request: Request) -> dict[str, Any]:

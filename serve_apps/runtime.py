@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from cloudrl.checkpoint_policy import META_FILE, CheckpointPolicy, is_checkpoint
+from cloudrl.algorithms.specs import spec_of
+from cloudrl.checkpoint_policy import (
+    META_FILE,
+    CheckpointPolicy,
+    is_checkpoint,
+    load_policy,
+    read_meta,
+)
 from cloudrl.heuristics import make_heuristic
 from cloudrl.policy import Interface
 from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSchedulingEnv
@@ -125,8 +132,36 @@ def _python_model(target: str, env_config: EnvConfig, interface: Interface) -> A
                           "neither act_batch(observations) nor act(obs)")
 
 
-def _checkpoint_model(spec: str) -> tuple[_CheckpointModel, EnvConfig, Interface]:
+@dataclass
+class _HierarchicalModel:
+    """A hierarchical checkpoint: per state the supervisor picks a sub-agent, which acts
+    (a served state has no history, so every state is a supervisor decision); also says
+    which sub-agent decided (``act_batch_explained``)."""
+
+    policy: Any
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def act_batch_explained(self, observations: list[dict[str, np.ndarray]]
+                            ) -> tuple[list[Any], list[str]]:
+        actions, deciders = [], []
+        for obs in observations:
+            self.policy.reset()
+            actions.append(self.policy.act(obs))
+            deciders.append(self.policy.decided_by)
+        return actions, deciders
+
+    def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
+        return self.act_batch_explained(observations)[0]
+
+
+def _checkpoint_model(spec: str) -> tuple[Any, EnvConfig, Interface]:
     try:
+        if spec_of(read_meta(spec)["algo"]).policy_loader is not None:
+            policy = load_policy(spec, mode="greedy")
+            return _HierarchicalModel(policy), policy.env_config, policy.interface
         checkpoint = CheckpointPolicy(spec, mode="greedy")
     except json.JSONDecodeError as e:
         raise PolicySpecError(f"checkpoint {spec}: {META_FILE} is not valid JSON ({e}); "

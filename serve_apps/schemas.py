@@ -126,6 +126,8 @@ class DecideResponse(BaseModel):
     policy_version: str
     answered_by: Literal["model", "fallback"]
     fallback_reason: str | None = None
+    decided_by: str | None = Field(default=None, description="hierarchical policies: the "
+                                   "sub-agent the supervisor chose (None on a fallback)")
     latency_ms: float
 
 

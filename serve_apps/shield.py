@@ -69,6 +69,7 @@ class Outcome:
     action: Any
     by_model: bool
     reason: str | None = None
+    decided_by: str | None = None  # a hierarchical policy's sub-agent behind the action
 
 
 @dataclass
@@ -87,10 +88,17 @@ class Shield:
         if not self.breaker.allow():
             return self._fallback(observations, "breaker_open")
         loop = asyncio.get_running_loop()
+        explained = getattr(self.policy.model, "act_batch_explained", None)
+        deciders: list[str | None] = [None] * len(observations)
         try:
-            actions = await asyncio.wait_for(
-                loop.run_in_executor(self._pool, self.policy.model.act_batch, observations),
-                timeout=self.timeout_s)
+            if explained is None:
+                actions = await asyncio.wait_for(
+                    loop.run_in_executor(self._pool, self.policy.model.act_batch, observations),
+                    timeout=self.timeout_s)
+            else:
+                actions, deciders = await asyncio.wait_for(
+                    loop.run_in_executor(self._pool, explained, observations),
+                    timeout=self.timeout_s)
             if len(actions) != len(observations):
                 raise RuntimeError(f"{len(actions)} actions for {len(observations)} states")
         except NonFiniteOutput:
@@ -108,10 +116,10 @@ class Shield:
         else:
             self.breaker.record_failure()
         out = []
-        for action, obs, ok in zip(actions, observations, feasible, strict=True):
+        for action, obs, ok, by in zip(actions, observations, feasible, deciders, strict=True):
             if ok:
                 self.counters["model"] += 1
-                out.append(Outcome(action, True))
+                out.append(Outcome(action, True, decided_by=by))
             else:
                 out.extend(self._fallback([obs], "infeasible"))
         return out

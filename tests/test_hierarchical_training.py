@@ -132,3 +132,56 @@ def test_cli_bad_hparams_one_line_exit_2(hparams: str, field: str, capsys) -> No
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and field in err, err
+
+
+def _served_states(policy, n: int = 6) -> list[dict]:
+    """States along power_aware episodes (queues, asleep servers), as the service sees them."""
+    env, out = policy.env, []
+    for seed in range(n):
+        obs, _ = env.reset(seed=seed)
+        for _ in range(7 * seed):
+            obs, *_ = env.step(policy.fallback.act_batch([obs])[0])
+        out.append(obs)
+    return out
+
+
+class _Infeasible:
+    """A broken sub-agent: always a masked-out action when there is one."""
+
+    name = "broken"
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs):
+        banned = np.flatnonzero(obs["action_mask"] == 0)
+        return int(banned[0]) if banned.size else 0
+
+
+def test_served_hierarchical_decisions_are_feasible_and_say_who_decided(trained) -> None:
+    import asyncio
+
+    from envs.env_config import EnvConfig
+    from serve_apps.runtime import ServedPolicy
+    from serve_apps.shield import Shield
+
+    served = ServedPolicy(str(trained["path"]), "v1", EnvConfig(), "flat")
+    assert served.interface == "flat" and served.env.n_servers == 6  # the checkpoint's env
+    states = _served_states(served)
+    shield = Shield(served, timeout_s=30.0)
+    outcomes = asyncio.run(shield.decide(states))
+    supervisor = served.model.policy.supervisor
+    for obs, outcome in zip(states, outcomes, strict=True):
+        assert outcome.by_model
+        assert outcome.decided_by == ["power_aware", "sjf"][supervisor.choose(obs["macro"])]
+        assert served.is_feasible(outcome.action, obs)
+        served.describe(outcome.action, obs)
+    # a sub-agent gone wrong: the shield answers with the fallback, still feasible
+    served.model.policy.sub_agents[:] = [_Infeasible(), _Infeasible()]
+    outcomes = asyncio.run(Shield(served, timeout_s=30.0).decide(states))
+    assert any(not o.by_model for o in outcomes)
+    for obs, outcome in zip(states, outcomes, strict=True):
+        assert served.is_feasible(outcome.action, obs)
+        assert (outcome.decided_by is None) == (not outcome.by_model)
+        if not outcome.by_model:
+            assert outcome.reason == "infeasible"
