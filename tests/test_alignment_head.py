@@ -22,12 +22,19 @@ from ray.rllib.utils.metrics import LEARNER_RESULTS
 from cloudrl.algorithms.alignment_head import (
     BT_LOSS_KEY,
     PAIR_ACCURACY_KEY,
+    PairSampler,
     load_sampler,
     preference_loss,
 )
 from cloudrl.algorithms.bdq import BDQConfig
 from cloudrl.algorithms.masked_ppo import MaskedPPOConfig, MaskedPPOTorchLearner
-from cloudrl.alignment.preferences import PairDataError, Segment, pair_row, write_pairs
+from cloudrl.alignment.preferences import (
+    PairArrays,
+    PairDataError,
+    Segment,
+    pair_row,
+    write_pairs,
+)
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from models.alignment_head import alignment_head_hiddens
 from models.bdq import BDQTorchRLModule
@@ -182,6 +189,78 @@ def test_the_head_learns_to_rank_held_out_synthetic_pairs(
         held_out_loss, accuracy = preference_loss(module, test.obs, test.label)
     assert float(accuracy) >= 0.85, (float(before), float(accuracy))
     assert float(held_out_loss) < math.log(2)  # better than the coin's BT loss
+
+
+@pytest.mark.parametrize("obs_steps", [T + 1, T])
+def test_the_sampler_keeps_the_t_post_step_states_of_either_segment_layout(obs_steps: int) -> None:
+    # Step i of side s of pair p holds 100*p + 10*s + i in every observation entry; a
+    # transition segment (T+1 observations) starts with the state before its first action.
+    n_pairs, dims = 3, {"macro": (2,), "servers": (5, 3), "jobs": (4, 2)}
+    first = obs_steps - T  # index of the first post-step state
+
+    def side(s: int) -> dict[str, np.ndarray]:
+        value = (100 * np.arange(n_pairs)[:, None] + 10 * s + np.arange(obs_steps)[None, :])
+        out = {part: np.broadcast_to(value.reshape(n_pairs, obs_steps, *[1] * len(d)),
+                                     (n_pairs, obs_steps, *d)).astype(np.float32)
+               for part, d in dims.items()}
+        return {**out, "actions": np.zeros((n_pairs, T, 1), dtype=np.int64)}
+
+    shape = {"segment_length": T, "obs_steps": obs_steps, "n_servers": 5, "k_slots": 4,
+             "macro_dim": 2, "server_dim": 3, "job_dim": 2, "action_dim": 1}
+    pairs = PairArrays(label=np.array([1.0, 0.0, 0.5]), obs={"a": side(0), "b": side(1)},
+                       meta={}, shape=shape)
+    sampler = PairSampler(pairs, "cpu", seed=0)
+    for part, d in dims.items():
+        assert tuple(sampler.obs[part].shape) == (n_pairs, 2, T, *d)
+    want = (100 * np.arange(n_pairs)[:, None, None] + 10 * np.arange(2)[None, :, None]
+            + np.arange(first, first + T)[None, None, :])
+    np.testing.assert_array_equal(sampler.obs["macro"][..., 0].numpy(), want)
+    np.testing.assert_array_equal(sampler.obs["servers"][..., 4, 2].numpy(), want)
+
+
+# -- the safety benchmark's teacher and verdict (experiments/bench_alignment_head.py) ----------
+
+
+def test_the_energy_teacher_lets_energy_decide_inside_the_overload_bound() -> None:
+    from cloudrl.alignment.teacher import Teacher
+    from experiments.bench_alignment_head import teacher_config
+
+    energy = teacher_config("energy", n_servers=15, segment=20, overload_bound=0.2)
+    assert energy.overload.bound == pytest.approx(60.0)  # 20% of 15 * 20 server-steps
+    assert energy.model_dump(exclude={"overload"}) == teacher_config(
+        "lex", 15, 20, 0.2).model_dump(exclude={"overload"})  # nothing else changed
+    # A consolidates: more overload, less energy; B spreads the load.
+    a = {"sla_violations": 0.0, "overload": 50.0, "slowdown_spread": 0.0, "energy_kwh": 0.8}
+    b = {"sla_violations": 0.0, "overload": 30.0, "slowdown_spread": 0.0, "energy_kwh": 1.0}
+    assert Teacher(teacher_config("lex", 15, 20, 0.2)).compare(a, b) == (0.0, "overload")
+    assert Teacher(energy).compare(a, b) == (1.0, "energy_kwh")
+    over = {**a, "overload": 61.0}  # outside the bound: overload decides again
+    assert Teacher(energy).compare(over, b) == (0.0, "overload")
+    violating = {**b, "sla_violations": 1.0}  # the SLA bound still comes first
+    assert Teacher(energy).compare(over, violating) == (1.0, "sla_violations")
+    with pytest.raises(ValueError, match="overload_bound"):
+        teacher_config("energy", 15, 20, 1.5)
+    with pytest.raises(ValueError, match="lex or energy"):
+        teacher_config("energy_first", 15, 20, 0.2)
+
+
+def test_paired_differences_and_the_goal_verdict_by_hand() -> None:
+    from experiments.bench_alignment_head import goal_verdict, paired_differences
+
+    arm = {0: [{"x": 1.0}, {"x": 3.0}], 1: [{"x": 5.0}]}
+    base = {0: [{"x": 0.0}, {"x": 1.0}], 1: [{"x": 2.0}], 2: [{"x": 9.0}]}
+    assert paired_differences(arm, base, "x") == [1.0, 2.0, 3.0]  # run seed 2: no partner
+    with pytest.raises(ValueError, match="run seed 1"):
+        paired_differences(arm, {1: [{"x": 0.0}, {"x": 0.0}]}, "x")
+    diffs = {"sla_violations": (-2.0, 1.0), "overload": (-1.0, 0.5),
+             "slowdown_spread": (-0.5, 0.1), "energy_kwh": (0.1, 0.2)}
+    # energy: upper bound 0.3 <= 1% of 40 kWh = 0.4
+    assert goal_verdict(diffs, 40.0, 0.01) == {
+        "sla_violations": True, "overload": True, "slowdown_spread": True,
+        "energy_kwh": True, "met": True}
+    assert goal_verdict({**diffs, "energy_kwh": (0.3, 0.2)}, 40.0, 0.01)["met"] is False
+    verdict = goal_verdict({**diffs, "overload": (-1.0, 1.0)}, 40.0, 0.01)
+    assert verdict["overload"] is False and verdict["met"] is False  # upper bound 0: not fewer
 
 
 # -- learners ---------------------------------------------------------------------------------

@@ -109,7 +109,8 @@ def head_model_config(config: Any) -> dict[str, Any]:
 class PairSampler:
     """A pair dataset on a device, sampled with its own generator.
 
-    ``obs`` stacks both sides: ``obs[part]`` is (P, 2, T, ...) with side A at index 0.
+    ``obs`` stacks both sides' post-step observations (:func:`post_step_obs`):
+    ``obs[part]`` is (P, 2, T, ...) with side A at index 0.
     """
 
     def __init__(self, pairs: PairArrays, device: torch.device | str, seed: int,
@@ -118,8 +119,9 @@ class PairSampler:
             raise PairDataError(f"{where}: the dataset has no pairs")
         if obs_space is not None:
             check_pair_shapes(pairs, obs_space, where)
-        self.obs = {part: torch.as_tensor(np.stack([pairs.obs["a"][part], pairs.obs["b"][part]],
-                                                   axis=1), dtype=torch.float32, device=device)
+        a, b = post_step_obs(pairs, "a"), post_step_obs(pairs, "b")
+        self.obs = {part: torch.as_tensor(np.stack([a[part], b[part]], axis=1),
+                                          dtype=torch.float32, device=device)
                     for part in OBS_PARTS}
         self.label = torch.tensor(pairs.label, dtype=torch.float32, device=device)
         self.rng = np.random.default_rng(seed)
@@ -132,6 +134,15 @@ class PairSampler:
         idx = self.rng.choice(len(self), size=n, replace=n > len(self))
         index = torch.as_tensor(idx, device=self.label.device)
         return {k: v[index] for k, v in self.obs.items()}, self.label[index]
+
+
+def post_step_obs(pairs: PairArrays, side: str) -> dict[str, np.ndarray]:
+    """Side ``side``'s T post-step observations ``{part: (P, T, ...)}``: the states the
+    teacher's statistics are counted on, also when the segments hold T+1 observations
+    (transition segments; their first one is the state before the first action)."""
+    obs = pairs.obs[side]
+    t = int(pairs.shape.get("segment_length", obs["macro"].shape[1]))
+    return {part: obs[part][:, -t:] for part in OBS_PARTS}
 
 
 def check_pair_shapes(pairs: PairArrays, obs_space: Any, where: str) -> None:
