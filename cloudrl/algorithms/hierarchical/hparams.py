@@ -32,11 +32,16 @@ class HierarchicalHparams(PPOHparams):
     @field_validator("sub_agents")
     @classmethod
     def _known(cls, specs: list[str]) -> list[str]:
-        from cloudrl.heuristics import HEURISTICS
+        from cloudrl.heuristics import HEURISTICS, make_heuristic
 
         out = []
         for spec in specs:
-            if spec in HEURISTICS:
+            parsed = heuristic_spec(spec)
+            if parsed is not None:
+                try:
+                    make_heuristic(parsed[0], "flat", **parsed[1])
+                except TypeError as e:
+                    raise ValueError(f"sub-agent {spec!r}: {e}") from None
                 out.append(spec)
             elif (Path(spec) / META_FILE).is_file():
                 out.append(str(Path(spec).resolve()))
@@ -51,6 +56,26 @@ class HierarchicalHparams(PPOHparams):
             raise ValueError("the alignment head is not available for the hierarchical "
                              "supervisor (alignment_* settings)")
         return self
+
+
+def heuristic_spec(spec: str) -> tuple[str, dict[str, float]] | None:
+    """(name, settings) of a heuristic spec ``name[:key=value,...]``; None if not one."""
+    from cloudrl.heuristics import HEURISTICS
+
+    name, _, rest = spec.partition(":")
+    if name not in HEURISTICS:
+        return None
+    settings: dict[str, float] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            settings[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"sub-agent {spec!r}: settings must be key=number, got "
+                             f"{item!r}") from None
+    return name, settings
 
 
 AlignmentFields = ("alignment_pairs", "alignment_weight", "alignment_batch",

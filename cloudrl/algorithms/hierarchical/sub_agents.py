@@ -1,7 +1,9 @@
 """Frozen sub-agents of the hierarchy, built from a spec string.
 
 A spec is a heuristic name (``power_aware``, the power specialist; ``sjf`` or
-``round_robin``, SLA-leaning ones) or the path of a checkpoint written by
+``round_robin``, SLA-leaning ones), optionally with constructor settings
+(``power_aware:spare_floor=3,lead_ticks=6``: more headroom, an SLA-leaning
+consolidator), or the path of a checkpoint written by
 ``cloudrl train`` (e.g. a BDQ or masked PPO trained with a high energy or a high
 violation weight), run greedily with its mask applied again after the module.
 """
@@ -11,16 +13,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cloudrl.algorithms.hierarchical.hparams import heuristic_spec
 from cloudrl.policy import Interface
 
 
 def check_spec(spec: str) -> str:
     """``spec`` if it names a heuristic or a checkpoint directory, else a ValueError."""
     from cloudrl.checkpoint_policy import is_checkpoint
-    from cloudrl.heuristics import HEURISTICS
+    from cloudrl.heuristics import HEURISTICS, make_heuristic
 
-    if spec in HEURISTICS or is_checkpoint(spec):
-        return spec if spec in HEURISTICS else str(Path(spec).resolve())
+    parsed = heuristic_spec(spec)
+    if parsed is not None:
+        try:
+            make_heuristic(parsed[0], "flat", **parsed[1])
+        except TypeError as e:
+            raise ValueError(f"sub-agent {spec!r}: {e}") from None
+        return spec
+    if is_checkpoint(spec):
+        return str(Path(spec).resolve())
     raise ValueError(f"sub-agent {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))})"
                      " nor a cloudrl checkpoint directory")
 
@@ -28,10 +38,13 @@ def check_spec(spec: str) -> str:
 def make_sub_agent(spec: str, interface: Interface) -> Any:
     """The policy of ``spec`` acting on ``interface`` (``act(obs)``, ``reset()``, ``name``)."""
     from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
-    from cloudrl.heuristics import HEURISTICS, make_heuristic
+    from cloudrl.heuristics import make_heuristic
 
-    if spec in HEURISTICS:
-        return make_heuristic(spec, interface)
+    parsed = heuristic_spec(spec)
+    if parsed is not None:
+        policy = make_heuristic(parsed[0], interface, **parsed[1])
+        policy.name = spec
+        return policy
     if is_checkpoint(spec):
         policy = CheckpointPolicy(spec, mode="greedy")
         if policy.interface != interface:
