@@ -179,7 +179,13 @@ class _TooShort(ValueError):
 
 def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut: str,
                         min_steps: int, policy: str, teacher_cfg: Any):
-    """A pair side from an inline trajectory; _Mismatch or a ("too_short", msg) signal."""
+    """A pair side from an inline trajectory; _Mismatch or a ("too_short", msg) signal.
+
+    A transition segment: T actions and the T+1 states around them (step i's state is the
+    one its action was taken on, so step i+1's is the one it led to). A trajectory of more
+    than T steps gives a window of T+1 consecutive states (the first or the last ones, by
+    ``cut``), the actions of the first T; a shorter one is edge-padded (last state and
+    action repeated)."""
     from pydantic import ValidationError
 
     from cloudrl.alignment.preferences import Segment
@@ -196,9 +202,9 @@ def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut
     if len(steps) < min_steps:
         raise _TooShort(f"{len(steps)} steps < min_steps {min_steps}")
     start = 0
-    if len(steps) > segment_length:
-        start = 0 if cut == "head" else len(steps) - segment_length
-        steps = steps[start:start + segment_length]
+    if len(steps) > segment_length:  # T+1 states for T transitions
+        start = 0 if cut == "head" else len(steps) - segment_length - 1
+        steps = steps[start:start + segment_length + 1]
     fleet, sim_cfg = env.sim.fleet, env.config.sim
     obs_list, actions = [], []
     for i, step in enumerate(steps):
@@ -213,14 +219,18 @@ def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut
                             f"{env.action_space}")
         obs_list.append({k: np.array(v) for k, v in obs.items()})
         actions.append(action)
-    while len(obs_list) < segment_length:  # edge padding
+    del actions[segment_length:]  # the last state's action led outside the segment
+    while len(obs_list) < segment_length + 1:  # edge padding
         obs_list.append(obs_list[-1])
+    while len(actions) < segment_length:
         actions.append(actions[-1])
     stacked = {k: np.stack([o[k] for o in obs_list]) for k in obs_list[0]}
     acts = np.stack(actions)
     n = stacked["servers"].shape[1]
-    slowdowns = placement_slowdowns(stacked["jobs"], stacked["action_mask"], acts, n)
-    stats = {"overload": float(overload_count(stacked["servers"],
+    # as the teacher counts them: placements on the states the actions were taken on,
+    # overload on the states they led to
+    slowdowns = placement_slowdowns(stacked["jobs"][:-1], stacked["action_mask"][:-1], acts, n)
+    stats = {"overload": float(overload_count(stacked["servers"][1:],
                                               teacher_cfg.overload_threshold)),
              "slowdown_spread": spread(slowdowns, teacher_cfg.fairness)}
     return Segment(macro=stacked["macro"], servers=stacked["servers"], jobs=stacked["jobs"],

@@ -81,6 +81,7 @@ import numpy as np
 
 HEURISTICS = ("power_aware", "sjf", "ffd", "round_robin")
 VAL_SEED_OFFSET = 40
+FRESH_SEED_OFFSET = 20
 
 
 def record(out: Path, episodes: int, max_steps: int, seed0: int) -> Path:
@@ -96,8 +97,12 @@ def record(out: Path, episodes: int, max_steps: int, seed0: int) -> Path:
 
 
 def pairs(episodes_dir: Path, n: int, seed: int, out: Path, segment_length: int) -> Path:
+    from cloudrl.alignment.preferences import first_state_segment_file
     from cloudrl.alignment.teacher import make_teacher_pairs
 
+    if out.is_dir() and any(out.glob("*.parquet")) and first_state_segment_file(out):
+        raise SystemExit(f"{out}: pairs from before transition segments (T observations "
+                         "per side); use a fresh --out")
     if not (out.is_dir() and any(out.glob("*.parquet"))):
         summary = make_teacher_pairs(episodes_dir, n, segment_length, seed, out)
         print(f"  {out.name}: {summary.n_pairs} pairs, labels {summary.labels}, "
@@ -120,7 +125,18 @@ def run(data: Path, val: Path, args: argparse.Namespace, workers: int, epochs: i
     wall = time.perf_counter() - t0
     rates = [h["train_pairs_per_s"] for h in res.history[1:]] or [
         res.history[0]["train_pairs_per_s"]]
-    return {**res.final, "wall_s": wall, "pairs_per_s": float(np.median(rates)),
+    fresh = {}
+    if args.fresh is not None:  # pairs used neither to train nor to select the checkpoint
+        from cloudrl.alignment.reward_model import (
+            load_reward_model,
+            member_gaps,
+            preference_metrics,
+        )
+
+        model = load_reward_model(res.checkpoint_dir)
+        metrics, _ = preference_metrics(member_gaps(model, args.fresh), args.fresh.label)
+        fresh = {"fresh_accuracy": metrics["val_accuracy"], "fresh_ece": metrics["val_ece"]}
+    return {**res.final, **fresh, "wall_s": wall, "pairs_per_s": float(np.median(rates)),
             "zero_stage": res.zero.get("zero_stage"),
             "opt_state_per_rank": res.zero.get("opt_state_numel_per_rank"),
             "param_numel": res.zero.get("param_numel")}
@@ -130,6 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--labels", default="100,300,1000,3000")
     parser.add_argument("--val-pairs", type=int, default=500)
+    parser.add_argument("--fresh-pairs", type=int, default=500,
+                        help="pairs from episodes on train seeds 20.. (0: none)")
     parser.add_argument("--episodes", type=int, default=6, help="per heuristic")
     parser.add_argument("--max-steps", type=int, default=200)
     parser.add_argument("--segment-length", type=int, default=25)
@@ -152,9 +170,17 @@ def main() -> None:
     t0 = time.perf_counter()
     train_eps = record(args.out / "demos_train", args.episodes, args.max_steps, 0)
     val_eps = record(args.out / "demos_val", args.episodes, args.max_steps, VAL_SEED_OFFSET)
+    fresh_eps = (record(args.out / "demos_fresh", args.episodes, args.max_steps,
+                        FRESH_SEED_OFFSET) if args.fresh_pairs > 0 else None)
     print(f"recorded in {time.perf_counter() - t0:.0f} s", flush=True)
     val = pairs(val_eps, args.val_pairs, args.seed + 1000, args.out / "pairs_val",
                 args.segment_length)
+    args.fresh = None
+    if fresh_eps is not None:
+        from cloudrl.alignment.preferences import read_pairs
+
+        args.fresh = read_pairs(pairs(fresh_eps, args.fresh_pairs, args.seed + 2000,
+                                      args.out / "pairs_fresh", args.segment_length))
     sets = {n: pairs(train_eps, n, args.seed, args.out / f"pairs_{n}", args.segment_length)
             for n in sizes}
 
@@ -166,13 +192,15 @@ def main() -> None:
                 eval_every=max(1, epochs // 20))
         rows.append({"labels": n, "epochs": epochs, "best_ep": r.get("epoch"), **r})
         print(f"labels {n}: acc {r['val_accuracy']:.3f} ece {r['val_ece']:.3f} "
-              f"({r['wall_s']:.0f} s)", flush=True)
+              f"fresh {r.get('fresh_accuracy', math.nan):.3f} ({r['wall_s']:.0f} s)", flush=True)
     print("\nlabel efficiency (held-out accuracy, ties excluded)")
     print(f"{'labels':>7} {'epochs':>6} {'best_ep':>7} {'val_acc':>8} {'val_loss':>9} "
-          f"{'val_ece':>8} {'wall_s':>7}")
+          f"{'val_ece':>8} {'fresh_acc':>9} {'fresh_ece':>9} {'wall_s':>7}")
     for r in rows:
         print(f"{r['labels']:>7} {r['epochs']:>6} {r['best_ep']:>7} {r['val_accuracy']:>8.3f} "
-              f"{r['val_loss']:>9.3f} {r['val_ece']:>8.3f} {r['wall_s']:>7.0f}")
+              f"{r['val_loss']:>9.3f} {r['val_ece']:>8.3f} "
+              f"{r.get('fresh_accuracy', math.nan):>9.3f} {r.get('fresh_ece', math.nan):>9.3f} "
+              f"{r['wall_s']:>7.0f}")
 
     scaling = []
     if not args.skip_scaling:

@@ -44,42 +44,74 @@ from envs.observation import JOB_COLS, SERVER_COLS, J, S
 T, N, K, M, FS, FJ, A = 4, 3, 2, 5, 6, 7, 2
 
 
-def _segment(rng: np.random.Generator, seed: int = 0, start: int = 0, **stats) -> Segment:
+def _segment(rng: np.random.Generator, seed: int = 0, start: int = 0, obs: int = T + 1,
+             **stats) -> Segment:
+    """T steps with ``obs`` observations: T+1 (a transition segment) or T (a state one)."""
     return Segment(
-        macro=rng.normal(size=(T, M)).astype(np.float32),
-        servers=rng.normal(size=(T, N, FS)).astype(np.float32),
-        jobs=rng.normal(size=(T, K, FJ)).astype(np.float32),
+        macro=rng.normal(size=(obs, M)).astype(np.float32),
+        servers=rng.normal(size=(obs, N, FS)).astype(np.float32),
+        jobs=rng.normal(size=(obs, K, FJ)).astype(np.float32),
         actions=rng.integers(0, 4, size=(T, A)),
         episode_seed=seed, start=start, policy="ffd", stats=stats)
 
 
-def _rows(n: int, seed: int = 0) -> list[dict]:
+def _rows(n: int, seed: int = 0, obs: int = T + 1) -> list[dict]:
     rng = np.random.default_rng(seed)
     labels = [1.0, 0.0, 0.5]
-    return [pair_row(f"p{i}", "teacher", labels[i % 3], _segment(rng, i, 2 * i, overload=1.0),
-                     _segment(rng, i + 100, 3 * i)) for i in range(n)]
+    return [pair_row(f"p{i}", "teacher", labels[i % 3],
+                     _segment(rng, i, 2 * i, obs, overload=1.0),
+                     _segment(rng, i + 100, 3 * i, obs)) for i in range(n)]
 
 
 def test_pair_round_trip_keeps_values_and_shapes(tmp_path):
+    """Transition segments: T actions and T+1 observations per side survive the round trip."""
     rows = _rows(5)
+    assert rows[0]["segment_length"] == T and rows[0]["obs_steps"] == T + 1
     paths = write_pairs(rows, tmp_path / "pairs", rows_per_file=2)
     assert len(paths) == 3 and pair_files(tmp_path / "pairs") == sorted(paths)
     data = read_pairs(tmp_path / "pairs")
     assert len(data) == 5
     np.testing.assert_array_equal(data.label, [1.0, 0.0, 0.5, 1.0, 0.0])
-    assert data.obs["a"]["servers"].shape == (5, T, N, FS)
+    assert data.obs["a"]["servers"].shape == (5, T + 1, N, FS)
+    assert data.obs["a"]["macro"].shape == (5, T + 1, M)
     assert data.obs["b"]["actions"].shape == (5, T, A)
     assert data.obs["a"]["macro"].dtype == np.float32
-    np.testing.assert_array_equal(data.obs["b"]["jobs"][3], rows[3]["b_jobs"].reshape(T, K, FJ))
+    np.testing.assert_array_equal(data.obs["b"]["jobs"][3],
+                                  rows[3]["b_jobs"].reshape(T + 1, K, FJ))
     np.testing.assert_array_equal(data.obs["a"]["actions"][4],
                                   rows[4]["a_actions"].reshape(T, A))
     assert data.meta["pair_id"].tolist() == [f"p{i}" for i in range(5)]
     assert data.meta["b_episode_seed"].tolist() == [100, 101, 102, 103, 104]
     assert data.meta["a_overload"].tolist() == [1.0] * 5
     assert np.isnan(data.meta["b_overload"]).all()   # unknown statistics are NaN
-    assert data.shape == {"segment_length": T, "n_servers": N, "k_slots": K, "macro_dim": M,
-                          "server_dim": FS, "job_dim": FJ, "action_dim": A}
+    assert data.shape == {"segment_length": T, "obs_steps": T + 1, "n_servers": N, "k_slots": K,
+                          "macro_dim": M, "server_dim": FS, "job_dim": FJ, "action_dim": A}
+    assert data.transitions
+    # the post-step observations are the last T of the T+1
+    np.testing.assert_array_equal(data.post_step_obs("b")["servers"],
+                                  data.obs["b"]["servers"][:, 1:])
     assert pq.read_schema(paths[0]).remove_metadata().equals(PAIR_SCHEMA)
+
+
+def test_state_segments_and_files_from_before_obs_steps_still_read(tmp_path):
+    """T observations per side (state segments) are valid; a file written before the
+    obs_steps column existed reads as such, with the same arrays."""
+    rows = _rows(3, obs=T)
+    write_pairs(rows, tmp_path / "new")
+    data = read_pairs(tmp_path / "new")
+    assert data.shape["obs_steps"] == T and not data.transitions
+    assert data.obs["a"]["macro"].shape == (3, T, M)
+    np.testing.assert_array_equal(data.post_step_obs("a")["macro"], data.obs["a"]["macro"])
+    old_schema = pa.schema([f for f in PAIR_SCHEMA if f.name != "obs_steps"])
+    old_rows = [{k: v for k, v in r.items() if k != "obs_steps"} for r in rows]
+    (tmp_path / "old").mkdir()
+    pq.write_table(pa.Table.from_pylist(old_rows, schema=old_schema),
+                   tmp_path / "old" / "pairs-old.parquet")
+    old = read_pairs(tmp_path / "old")
+    assert old.shape == data.shape
+    for side in ("a", "b"):
+        for part in ("macro", "servers", "jobs", "actions"):
+            np.testing.assert_array_equal(old.obs[side][part], data.obs[side][part])
 
 
 def test_pair_dataset_reads_with_ray_data(tmp_path, ray_session):
@@ -90,7 +122,7 @@ def test_pair_dataset_reads_with_ray_data(tmp_path, ray_session):
     assert ds.count() == 4
     rows = sorted(ds.take_all(), key=lambda r: r["pair_id"])
     assert [r["label"] for r in rows] == [1.0, 0.0, 0.5, 1.0]
-    assert len(rows[0]["a_servers"]) == T * N * FS
+    assert len(rows[0]["a_servers"]) == (T + 1) * N * FS
 
 
 def _write_raw(tmp_path, rows, name="bad.parquet"):
@@ -104,7 +136,9 @@ def _write_raw(tmp_path, rows, name="bad.parquet"):
     (2, "label", 0.7, "is not 0, 0.5 or 1"),
     (1, "label", math.nan, "is not 0, 0.5 or 1"),
     (3, "source", "robot", "is not one of"),
-    (0, "a_servers", "short", "expected T x n_servers x server_dim = 72"),
+    (0, "a_servers", "short", "expected obs_steps x n_servers x server_dim = 90"),
+    (1, "b_actions", "short", "expected segment_length x action_dim = 8"),
+    (2, "obs_steps", 6, "6 observations for 4 steps (expected T+1"),
     (2, "b_macro", "nan", "non-finite value"),
     (1, "a_actions", "negative", "negative action"),
     (3, "segment_length", 0, "0 < 1"),
@@ -160,6 +194,21 @@ def test_missing_column_and_mixed_shapes_are_errors(tmp_path):
     write_pairs([pair_row("q", "operator", 0.5, other, other)], tmp_path, prefix="second")
     with pytest.raises(PairDataError, match=r"second-.*: row 0: field segment_length: 5 differs"):
         read_pairs(tmp_path)
+    for f in tmp_path.glob("second-*"):
+        f.unlink()
+    # state and transition segments do not mix in one dataset
+    third = _rows(2, seed=1, obs=T)
+    for r in third:
+        r["pair_id"] = "state-" + r["pair_id"]
+    write_pairs(third, tmp_path, prefix="third")
+    with pytest.raises(PairDataError, match=r"third-.*: row 0: field obs_steps: 4 differs"):
+        read_pairs(tmp_path)
+    # two sides of one row must have the same number of observations
+    rng = np.random.default_rng(0)
+    with pytest.raises(PairDataError, match=r"row 0: field b_macro: 20 values, expected "
+                                            r"obs_steps x macro_dim = 25"):
+        write_pairs([pair_row("r", "teacher", 1.0, _segment(rng), _segment(rng, obs=T))],
+                    tmp_path / "mixed")
 
 
 def test_empty_directory_is_an_error(tmp_path):
@@ -292,9 +341,10 @@ def test_segment_statistics_on_hand_made_arrays():
     assert seg.start == 1 and seg.length == 2 and seg.episode_seed == 3
     assert seg.stats["sla_violations"] == 3.0 and seg.stats["energy_kwh"] == 0.5
     assert seg.stats["overload"] == 1.0   # obs 2..3: the memory-overloaded server
-    # the segment holds the observations the statistics are counted on: after each step
-    np.testing.assert_array_equal(seg.servers, ep.servers[2:4])
-    np.testing.assert_array_equal(seg.jobs, ep.jobs[2:4])
+    # a transition segment: the observation before its first action, then one per step
+    assert seg.obs_steps == 3
+    np.testing.assert_array_equal(seg.servers, ep.servers[1:4])
+    np.testing.assert_array_equal(seg.jobs, ep.jobs[1:4])
     np.testing.assert_array_equal(seg.actions, ep.actions[1:3])
     with pytest.raises(ValueError, match="outside the episode"):
         cut_segment(ep, 2, 3, TeacherConfig())
@@ -422,6 +472,7 @@ def test_feedback_store_pairs_round_trip_into_the_pair_dataset(tmp_path, capsys)
     seg_t = 6
     traj_a, obs_a, act_a = _trajectory(SMALL_ENV, 0, 8)            # longer: first 6 kept
     traj_b, obs_b, act_b = _trajectory(SMALL_ENV, 1, 4, "ffd")      # shorter: padded
+    # (transition segments: 6 steps, 7 states; A's first 7 states, B's 4 edge-padded)
     traj_c, obs_c, _ = _trajectory(SMALL_ENV, 2, 6, "round_robin")
     other_fleet, _, _ = _trajectory({"n_servers": 7}, 3, 3)
     db = tmp_path / "state.db"
@@ -438,6 +489,7 @@ def test_feedback_store_pairs_round_trip_into_the_pair_dataset(tmp_path, capsys)
     assert "servers: 7 servers given" in result.first_skip["mismatch"]
     data = read_pairs(tmp_path / "pairs")
     assert data.shape["segment_length"] == seg_t and data.shape["n_servers"] == 5
+    assert data.shape["obs_steps"] == seg_t + 1
     assert set(data.meta["source"]) == {"operator"}
 
     def row_of(obs_list) -> list[int]:
@@ -449,9 +501,10 @@ def test_feedback_store_pairs_round_trip_into_the_pair_dataset(tmp_path, capsys)
     (i,) = [i for i in row_of(obs_a) if np.allclose(data.obs["b"]["macro"][i, 0],
                                                     obs_b[0]["macro"], atol=1e-6)]
     assert data.label[i] == 1.0
-    for t in range(seg_t):
+    for t in range(seg_t + 1):
         np.testing.assert_allclose(data.obs["a"]["servers"][i, t], obs_a[t]["servers"],
                                    atol=1e-5)
+        np.testing.assert_allclose(data.obs["a"]["macro"][i, t], obs_a[t]["macro"], atol=1e-5)
         np.testing.assert_allclose(data.obs["b"]["jobs"][i, t], obs_b[min(t, 3)]["jobs"],
                                    atol=1e-5)
     assert data.obs["a"]["actions"][i, :, 0].tolist() == act_a[:seg_t]
@@ -500,7 +553,8 @@ def test_cli_record_then_pairs_end_to_end(tmp_path, capsys):
     assert summary["pairs"] == 60 and sum(summary["labels"].values()) == 60
     data = read_pairs(pairs)
     assert len(data) == 60 and data.shape["segment_length"] == 10
-    assert data.obs["a"]["servers"].shape == (60, 10, 5, len(SERVER_COLS) + 3)
+    assert data.obs["a"]["servers"].shape == (60, 11, 5, len(SERVER_COLS) + 3)
+    assert data.obs["a"]["actions"].shape == (60, 10, 1) and data.transitions
     # labels are the teacher's on the stored statistics (no noise by default)
     teacher = Teacher(TeacherConfig())
     stats = [{k: data.meta[f"{s}_{k}"] for k in ("sla_violations", "overload",
@@ -518,7 +572,8 @@ def test_cli_record_then_pairs_end_to_end(tmp_path, capsys):
     eps = {(e.policy, e.episode_seed): e for e in load_episode_data(demos)}
     ep = eps[(data.meta["b_policy"][0], int(data.meta["b_episode_seed"][0]))]
     start = int(data.meta["b_start"][0])
-    np.testing.assert_array_equal(data.obs["b"]["macro"][0], ep.macro[start + 1:start + 11])
+    np.testing.assert_array_equal(data.obs["b"]["macro"][0], ep.macro[start:start + 11])
+    np.testing.assert_array_equal(data.obs["b"]["actions"][0], ep.actions[start:start + 10])
     assert segment_stats(ep, start, 10, TeacherConfig())["energy_kwh"] == pytest.approx(
         data.meta["b_energy_kwh"][0])
     # same seed, same dataset

@@ -66,12 +66,16 @@ def reward(tmp_path_factory):
     return model, reward_payload(model, spec, mean=0.3, std=0.05)
 
 
-def expected_model_rewards(model, next_obs: list) -> np.ndarray:
+def expected_model_rewards(model, observations: list) -> np.ndarray:
+    """The connector's reward of every step of n+1 observations: r(o_t, o_{t+1}), scored
+    one transition at a time (ensemble mean, the fixture's normalisation and scales)."""
+    out = []
     with torch.no_grad():
-        batch = {k: torch.as_tensor(np.stack([o[k] for o in next_obs]), dtype=torch.float32)
-                 for k in ("macro", "servers", "jobs")}
-        raw = model(batch).mean(0).double().numpy()
-    return SCALE * TARGET_STD * (raw - 0.3) / 0.05
+        for prev, nxt in zip(observations[:-1], observations[1:], strict=False):
+            pair = [{k: torch.as_tensor(o[k], dtype=torch.float32)[None]
+                     for k in ("macro", "servers", "jobs")} for o in (prev, nxt)]
+            out.append(float(np.mean([m.reward(*pair).item() for m in model.members])))
+    return SCALE * TARGET_STD * (np.asarray(out) - 0.3) / 0.05
 
 
 def tiny_train_config(algo: str, hparams: dict | None = None):
@@ -118,7 +122,7 @@ def test_ppo_connector_replaces_then_mixes_rewards_before_gae(reward):
     algo = build("ppo", payload, mix=1.0)
     try:
         ep, observations, env_r = rollout("flat", 12)
-        want = expected_model_rewards(model, observations[1:])
+        want = expected_model_rewards(model, observations)
         batch = learner_batch(algo, [copy.deepcopy(ep)])
         rewards, mask = batch[Columns.REWARDS], batch[Columns.LOSS_MASK].astype(bool)
         assert mask.sum() == 12 and not mask[-1]  # GAE's artificial step is masked ...
@@ -144,7 +148,7 @@ def test_bdq_connector_n_step_sums_use_rewritten_rewards(reward):
     algo = build("bdq", payload, mix=1.0, hparams={"n_step": 3})
     try:
         ep, observations, env_r = rollout("branching", 15)
-        model_r = expected_model_rewards(model, observations[1:])
+        model_r = expected_model_rewards(model, observations)
         buffer = algo.local_replay_buffer
         assert type(buffer).__name__ == "LearnedRewardPrioritizedEpisodeReplayBuffer"
         buffer.add([ep.to_numpy()])
@@ -161,6 +165,76 @@ def test_bdq_connector_n_step_sums_use_rewritten_rewards(reward):
             assert (batch["n_step"] == 3).all()
     finally:
         algo.stop()
+
+
+def test_reward_fixture_is_a_transition_reward(reward):
+    """The default net on env observations reads (s, s'): the macro violation_rate column."""
+    from envs.observation import MACRO_TAIL
+
+    model, payload = reward
+    assert model.transition
+    macro_dim = payload["spec"]["macro_dim"]
+    assert payload["spec"]["transition_features"] == {
+        "violation_rate": macro_dim - len(MACRO_TAIL) + MACRO_TAIL.index("violation_rate"),
+        "ema": 0.05}
+
+
+def _with_violation_rates(observations: list, rates: list[float]) -> list:
+    """Copies of the observations whose macro violation_rate is set by hand."""
+    from envs.observation import MACRO_TAIL
+
+    out = []
+    for o, rate in zip(observations, rates, strict=True):
+        o = {k: np.array(v, copy=True) for k, v in o.items()}
+        o["macro"][len(o["macro"]) - len(MACRO_TAIL) + MACRO_TAIL.index("violation_rate")] = rate
+        out.append(o)
+    return out
+
+
+def test_connector_scores_each_step_from_its_own_transition_by_hand(reward):
+    """A 3-step episode and a replayed 3-step transition, rewards checked against the
+    per-transition computation: the step violations the net sees are the hand-computed
+    (ema' - 0.95 ema) / 0.05, and changing only o_1 changes the rewards of the two steps
+    that touch it (steps 0 and 1), not step 2."""
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from cloudrl.alignment.learned_reward import INTERMEDIATE_OBS, LearnedRewardConnector
+    from models.reward_net import TransitionFeatures
+
+    model, payload = reward
+    _, observations, _ = rollout("flat", 3)
+    rates = [0.0, 0.05, 0.0975, 0.5]  # violations 1, 1, 8.1475 per step
+    obs = _with_violation_rates(observations, rates)
+    feats = TransitionFeatures(**payload["spec"]["transition_features"])
+    macro = torch.as_tensor(np.stack([o["macro"] for o in obs]))
+    np.testing.assert_allclose(feats.violations(macro[:-1], macro[1:]).numpy(),
+                               [1.0, 1.0, (0.5 - 0.95 * 0.0975) / 0.05], rtol=1e-5)
+
+    def episode(observations):
+        return SingleAgentEpisode(observations=observations, actions=[0, 0, 0],
+                                  rewards=[0.0, 0.0, 0.0], len_lookback_buffer=0)
+
+    piece = LearnedRewardConnector(reward=payload, reward_scale=SCALE, target_std=TARGET_STD,
+                                   gamma=GAMMA)
+    ep = episode(obs)
+    piece(rl_module=None, batch={}, episodes=[ep], shared_data={})
+    want = expected_model_rewards(model, obs)
+    np.testing.assert_allclose(ep.get_rewards(), want, rtol=1e-5, atol=1e-7)
+    # only o_1 differs (its violation EMA): steps 0 and 1 change, step 2 does not
+    other = _with_violation_rates(observations, [0.0, 0.2, 0.0975, 0.5])
+    ep2 = episode(other)
+    piece(rl_module=None, batch={}, episodes=[ep2], shared_data={})
+    got2 = np.asarray(ep2.get_rewards())
+    assert abs(got2[0] - want[0]) > 1e-6 and abs(got2[1] - want[1]) > 1e-6
+    assert got2[2] == pytest.approx(want[2], rel=1e-6, abs=1e-9)
+    # a replayed 3-step transition (o_0, a, R, o_3) with o_1, o_2 attached: the
+    # discounted sum of the same three transition rewards
+    replayed = SingleAgentEpisode(observations=[obs[0], obs[3]], actions=[0], rewards=[0.0],
+                                  extra_model_outputs={"n_step": [3]}, len_lookback_buffer=0)
+    replayed.custom_data[INTERMEDIATE_OBS] = [obs[1], obs[2]]
+    piece(rl_module=None, batch={}, episodes=[replayed], shared_data={})
+    assert replayed.get_rewards(0) == pytest.approx(float(want @ GAMMA ** np.arange(3)),
+                                                    rel=1e-5)
 
 
 def test_nstep_without_intermediate_observations_is_an_error(reward):

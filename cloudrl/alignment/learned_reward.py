@@ -8,21 +8,22 @@ in the episodes the learner gets, before any default piece turns them into a bat
 ``r_env`` is what the env returned, already multiplied by ``TrainConfig.reward_scale``.
 ``r_model`` is the reward net's (:mod:`models.reward_net`, ensemble mean) output,
 **normalised with fixed statistics from the pair dataset** (mean and standard deviation
-of the net's per-step output over every observation of every pair, both sides; they are
+of the net's per-step output over every step of every pair, both sides; they are
 recomputed only when the net changes, i.e. after a re-query fine-tune, so the reward of a
 state does not drift with the batches) and scaled like the env reward:
 
-    r_model(s) = reward_scale * target_std * (net(s) - mean) / std
+    r_model(s, s') = reward_scale * target_std * (net(s, s') - mean) / std
 
 ``target_std`` is in raw env-reward units per step (the env's own reward has a per-step
 standard deviation of a few units at the default alpha/beta). Fixed statistics, not a
 running mean/std: PPO's value targets and DQN's replayed transitions stay consistent
-between re-queries, and the reward of a state is a function of the state alone.
+between re-queries, and the reward of a transition is a function of the transition alone.
 
-Which observation: the reward of step t (action a_t taken on o_t) is ``net(o_{t+1})``, the
-state the action led to. The teacher's statistics (violations, overload, energy) are
-outcomes of a segment's actions, and the observation carries them one step later
-(violation rate, power draw, per-server load), so the next observation is the causal one.
+Which observations: the reward of step t (action a_t taken on o_t) is ``net(o_t, o_{t+1})``
+for a transition net (the step's SLA violations are read from the change of the violation
+EMA between the two) and ``net(o_{t+1})``, the state the action led to, for a state net
+(reward models trained before transition rewards). Either way the connector hands the net
+both observations of every step.
 
 Where in the pipeline (``config.learners(learner_connector=..)`` puts custom pieces
 first, before RLlib's defaults):
@@ -34,7 +35,7 @@ first, before RLlib's defaults):
   follow the learned reward);
 * DQN/BDQ: episodes come from the replay buffer as ``(o_t, a_t, R, o_{t+n})`` with R the
   n-step discounted sum of env rewards. The learned n-step sum
-  ``sum_{k<n} gamma^k r_model(o_{t+k+1})`` needs the intermediate observations;
+  ``sum_{k<n} gamma^k r_model(o_{t+k}, o_{t+k+1})`` needs the intermediate observations;
   :class:`LearnedRewardPrioritizedEpisodeReplayBuffer` (RLlib's prioritized episode
   replay) attaches them to every sampled episode (``custom_data``). n = 1 needs nothing
   extra.
@@ -81,28 +82,46 @@ def concat_obs(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in OBS_PARTS}
 
 
+def transitions(observations: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(o_0..o_{n-1}, o_1..o_n) of n+1 consecutive observations, each ``{part: (n, ...)}``."""
+    obs = stack_obs(observations)
+    return {k: v[:-1] for k, v in obs.items()}, {k: v[1:] for k, v in obs.items()}
+
+
+def _chunk(obs: dict[str, np.ndarray], start: int, stop: int) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.ascontiguousarray(v[start:stop]))
+            for k, v in obs.items() if k in OBS_PARTS}
+
+
 @torch.no_grad()
-def net_rewards(model: RewardEnsemble, obs: dict[str, np.ndarray],
-                batch_size: int = 4096) -> np.ndarray:
-    """The ensemble-mean per-step output of ``model`` on ``obs`` ``{part: (n, ...)}``: (n,)."""
-    n = int(obs["macro"].shape[0])
+def net_rewards(model: RewardEnsemble, prev: dict[str, np.ndarray] | None,
+                nxt: dict[str, np.ndarray], batch_size: int = 4096) -> np.ndarray:
+    """The ensemble-mean reward of ``model`` on n transitions (``prev``, ``nxt``), each
+    ``{part: (n, ...)}`` (a state net reads ``nxt`` only; ``prev`` may then be None): (n,)."""
+    n = int(nxt["macro"].shape[0])
     out = []
     was_training = model.training
     model.eval()
     for start in range(0, n, batch_size):
-        chunk = {k: torch.from_numpy(np.ascontiguousarray(v[start:start + batch_size]))
-                 for k, v in obs.items() if k in OBS_PARTS}
-        out.append(model(chunk).mean(0).double().numpy())
+        stop = start + batch_size
+        before = _chunk(prev, start, stop) if prev is not None else None
+        out.append(model.rewards(before, _chunk(nxt, start, stop)).mean(0).double().numpy())
     model.train(was_training)
     return np.concatenate(out) if out else np.zeros(0)
 
 
 def pair_reward_stats(model: RewardEnsemble, pairs: Any) -> tuple[float, float]:
-    """(mean, std) of the net's per-step output over every observation of a pair set
+    """(mean, std) of the net's per-step output over every step of a pair set
     (:class:`cloudrl.alignment.preferences.PairArrays`, both sides); std >= 1e-6."""
-    flat = {k: np.concatenate([pairs.obs[s][k].reshape(-1, *pairs.obs[s][k].shape[2:])
-                               for s in ("a", "b")]) for k in OBS_PARTS}
-    r = net_rewards(model, flat)
+    from cloudrl.alignment.reward_model import segment_obs
+
+    prev, nxt = [], []
+    for s in ("a", "b"):
+        seg = segment_obs(pairs, s, model.transition)
+        lo = 1 if model.transition else 0
+        prev.append({k: v[:, :-1].reshape(-1, *v.shape[2:]) for k, v in seg.items()})
+        nxt.append({k: v[:, lo:].reshape(-1, *v.shape[2:]) for k, v in seg.items()})
+    r = net_rewards(model, concat_obs(prev) if model.transition else None, concat_obs(nxt))
     return float(r.mean()), float(max(r.std(), 1e-6))
 
 
@@ -162,10 +181,11 @@ class LearnedRewardConnector(ConnectorV2):
 
     # -- rewards ------------------------------------------------------------------------
 
-    def model_rewards(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Scaled, normalised learned rewards of next observations ``{part: (n, ...)}``."""
+    def model_rewards(self, prev: dict[str, np.ndarray],
+                      nxt: dict[str, np.ndarray]) -> np.ndarray:
+        """Scaled, normalised learned rewards of n transitions ``{part: (n, ...)}`` each."""
         assert self.model is not None
-        raw = net_rewards(self.model, obs)
+        raw = net_rewards(self.model, prev, nxt)
         return self.reward_scale * self.target_std * (raw - self.mean) / self.std
 
     def __call__(self, *, rl_module: Any, batch: dict[str, Any], episodes: list[Any],
@@ -175,7 +195,8 @@ class LearnedRewardConnector(ConnectorV2):
         sa_episodes = list(self.single_agent_episode_iterator(episodes,
                                                               agents_that_stepped_only=False))
         jobs: list[tuple[Any, str, int, int]] = []  # episode, kind, real length, n
-        obs_parts: list[dict[str, np.ndarray]] = []
+        prev_parts: list[dict[str, np.ndarray]] = []
+        next_parts: list[dict[str, np.ndarray]] = []
         for ep in sa_episodes:
             n_step = ep.extra_model_outputs.get("n_step") if hasattr(
                 ep, "extra_model_outputs") else None
@@ -187,17 +208,22 @@ class LearnedRewardConnector(ConnectorV2):
                         f"learned reward with n_step={n} needs the intermediate observations "
                         "of replayed transitions: use replay_buffer_config type "
                         "cloudrl.alignment.learned_reward.LearnedRewardPrioritizedEpisodeReplayBuffer")
-                obs_parts.append(stack_obs(list(middle or []) + [ep.get_observations(-1)]))
+                # o_t, o_{t+1} .. o_{t+n-1}, o_{t+n}: the n transitions of the n-step sum
+                prev, nxt = transitions([ep.get_observations(0), *(middle or []),
+                                         ep.get_observations(-1)])
                 jobs.append((ep, "nstep", 1, n))
             else:
                 real = len(ep) - 1 if added_ts else len(ep)
                 if real <= 0:
                     continue
-                obs_parts.append(stack_obs(ep.get_observations(slice(1, real + 1))))
+                # o_0 .. o_real of the chunk: the real steps' transitions
+                prev, nxt = transitions(ep.get_observations(slice(0, real + 1)))
                 jobs.append((ep, "steps", real, 1))
+            prev_parts.append(prev)
+            next_parts.append(nxt)
         if not jobs:
             return batch
-        learned = self.model_rewards(concat_obs(obs_parts))
+        learned = self.model_rewards(concat_obs(prev_parts), concat_obs(next_parts))
         offset = 0
         model_sum = env_sum = 0.0
         count = 0

@@ -5,12 +5,17 @@ row per ranked pair of fixed-length trajectory segments A and B:
 
 * ``pair_id`` (str), ``source`` ("teacher" | "operator"), ``label`` (float64, the
   probability that A is preferred: 1.0, 0.0, or 0.5 for a tie; any value in [0, 1]
-  when soft labels are allowed), ``segment_length`` T;
+  when soft labels are allowed), ``segment_length`` T (steps, i.e. actions, per side);
+* ``obs_steps`` O, the observations per side: T+1 for transition segments (the
+  observation the first action was taken on, then the one after each of the T steps;
+  what teacher pairs and operator exports hold, so a reward r(s, s') sees every
+  transition) or T for state segments (only the T post-step observations: files written
+  before the column existed, which read as O = T, and hand-made state pairs);
 * shape columns ``n_servers`` N, ``k_slots`` K, ``macro_dim`` M, ``server_dim`` Fs,
   ``job_dim`` Fj, ``action_dim`` A (1 for the flat interface, the branch count for the
   branching one);
-* per side ``s`` in {a, b}: ``s_macro`` (T*M float32), ``s_servers`` (T*N*Fs float32),
-  ``s_jobs`` (T*K*Fj float32), ``s_actions`` (T*A int64, the env actions), flattened in
+* per side ``s`` in {a, b}: ``s_macro`` (O*M float32), ``s_servers`` (O*N*Fs float32),
+  ``s_jobs`` (O*K*Fj float32), ``s_actions`` (T*A int64, the env actions), flattened in
   C order; provenance ``s_episode_seed``, ``s_start``, ``s_policy`` (may be "");
   teacher statistics ``s_sla_violations``, ``s_overload``, ``s_slowdown_spread``,
   ``s_energy_kwh`` (float64, NaN when unknown).
@@ -40,6 +45,7 @@ SIDES = ("a", "b")
 SHAPE_FIELDS = ("n_servers", "k_slots", "macro_dim", "server_dim", "job_dim", "action_dim")
 STAT_FIELDS = ("sla_violations", "overload", "slowdown_spread", "energy_kwh")
 HARD_LABELS = (0.0, 0.5, 1.0)
+OBS_PARTS = ("macro", "servers", "jobs")
 
 
 def _side_fields(s: str) -> list[pa.Field]:
@@ -60,14 +66,18 @@ PAIR_SCHEMA = pa.schema([
     pa.field("source", pa.string(), nullable=False),
     pa.field("label", pa.float64(), nullable=False),
     pa.field("segment_length", pa.int64(), nullable=False),
+    pa.field("obs_steps", pa.int64(), nullable=False),
     *[pa.field(name, pa.int64(), nullable=False) for name in SHAPE_FIELDS],
     *_side_fields("a"),
     *_side_fields("b"),
 ])
 
-# list column -> the shape columns whose product with T gives its length per row
-_LIST_DIMS = {"macro": ("macro_dim",), "servers": ("n_servers", "server_dim"),
-              "jobs": ("k_slots", "job_dim"), "actions": ("action_dim",)}
+# list column -> (its step count column, the shape columns whose product with it gives
+# its length per row)
+_LIST_DIMS = {"macro": ("obs_steps", "macro_dim"),
+              "servers": ("obs_steps", "n_servers", "server_dim"),
+              "jobs": ("obs_steps", "k_slots", "job_dim"),
+              "actions": ("segment_length", "action_dim")}
 
 
 class PairDataError(ValueError):
@@ -76,15 +86,15 @@ class PairDataError(ValueError):
 
 @dataclass
 class Segment:
-    """One side of a pair: T consecutive steps of observations and actions.
+    """One side of a pair: T consecutive steps, their actions and observations.
 
-    Teacher segments hold the observations AFTER each step (``actions[t]`` led to
-    ``macro[t]``, ...), the states the teacher's overload statistic is counted on;
-    operator segments (``cloudrl.feedback``) hold the states the operator's trajectory
-    recorded. Either way the reward model sums r(s) over the T observations.
+    Transition segments (teacher pairs, operator exports) hold T+1 observations:
+    ``actions[t]`` was taken on ``macro[t]`` and led to ``macro[t + 1]``; the reward
+    model sums r(s_t, s_{t+1}) over the T transitions. State segments hold T: the
+    observations after each step (``actions[t]`` led to ``macro[t]``), summed as r(s).
 
-    ``macro`` (T, M), ``servers`` (T, N, Fs), ``jobs`` (T, K, Fj), ``actions`` (T, A).
-    ``stats`` holds the teacher statistics (missing ones are written as NaN).
+    ``macro`` (O, M), ``servers`` (O, N, Fs), ``jobs`` (O, K, Fj), ``actions`` (T, A),
+    O = T+1 or T. ``stats`` holds the teacher statistics (missing ones are written as NaN).
     """
 
     macro: np.ndarray
@@ -98,7 +108,13 @@ class Segment:
 
     @property
     def length(self) -> int:
-        return int(self.macro.shape[0])
+        """T, the number of steps (actions)."""
+        return int(np.asarray(self.actions).shape[0])
+
+    @property
+    def obs_steps(self) -> int:
+        """O, the number of observations (T+1 for a transition segment, T for a state one)."""
+        return int(np.asarray(self.macro).shape[0])
 
 
 def pair_row(pair_id: str, source: str, label: float, a: Segment, b: Segment) -> dict[str, Any]:
@@ -106,7 +122,7 @@ def pair_row(pair_id: str, source: str, label: float, a: Segment, b: Segment) ->
     actions = np.asarray(a.actions)
     row: dict[str, Any] = {
         "pair_id": str(pair_id), "source": source, "label": float(label),
-        "segment_length": a.length,
+        "segment_length": a.length, "obs_steps": a.obs_steps,
         "n_servers": int(a.servers.shape[1]), "k_slots": int(a.jobs.shape[1]),
         "macro_dim": int(a.macro.shape[1]), "server_dim": int(a.servers.shape[2]),
         "job_dim": int(a.jobs.shape[2]),
@@ -136,6 +152,9 @@ def _fail(where: str, row: int | None, name: str, problem: str) -> PairDataError
 def _conform(table: pa.Table, where: str) -> pa.Table:
     """Select and cast the schema's columns; a missing or uncastable column is an error."""
     columns = []
+    if "obs_steps" not in table.column_names and "segment_length" in table.column_names:
+        # written before transition segments: the T post-step observations per side
+        table = table.append_column("obs_steps", table.column("segment_length"))
     for f in PAIR_SCHEMA:
         if f.name not in table.column_names:
             raise _fail(where, None, f.name, "missing column")
@@ -190,19 +209,23 @@ def validate_table(table: pa.Table, where: str, *, soft_labels: bool = False) ->
     t = num("segment_length")
     if (row := _first_bad(t < 1)) is not None:
         raise _fail(where, row, "segment_length", f"{t[row]} < 1")
-    shapes = {name: num(name) for name in SHAPE_FIELDS}
+    o = num("obs_steps")
+    if (row := _first_bad((o != t) & (o != t + 1))) is not None:
+        raise _fail(where, row, "obs_steps", f"{o[row]} observations for {t[row]} steps "
+                    "(expected T+1 for a transition segment or T for a state segment)")
+    shapes = {name: num(name) for name in ("segment_length", "obs_steps", *SHAPE_FIELDS)}
     for name, values in shapes.items():
         if (row := _first_bad(values < 1)) is not None:
             raise _fail(where, row, name, f"{values[row]} < 1")
     for s in SIDES:
         for part, dims in _LIST_DIMS.items():
             name = f"{s}_{part}"
-            expected = t.copy()
+            expected = np.ones_like(t)
             for d in dims:
                 expected = expected * shapes[d]
             lengths = pc.list_value_length(col[name]).to_numpy()
             if (row := _first_bad(lengths != expected)) is not None:
-                shape = " x ".join(["T", *dims])
+                shape = " x ".join(dims)
                 raise _fail(where, row, name, f"{lengths[row]} values, expected {shape} = "
                             f"{expected[row]}")
             values = pc.list_flatten(col[name]).to_numpy()
@@ -300,7 +323,9 @@ class PairArrays:
     """A validated pair dataset as numpy arrays (every row shares T, N, K, M, Fs, Fj, A).
 
     ``obs[s]`` maps ``macro``/``servers``/``jobs``/``actions`` to arrays of shape
-    (P, T, M), (P, T, N, Fs), (P, T, K, Fj), (P, T, A) for side ``s`` in {"a", "b"};
+    (P, O, M), (P, O, N, Fs), (P, O, K, Fj), (P, T, A) for side ``s`` in {"a", "b"},
+    O = ``shape["obs_steps"]`` (T+1: transition segments, T: state segments; the last T
+    observations are the post-step states either way, :meth:`post_step_obs`);
     ``meta`` holds every scalar column (``pair_id``, ``source``, ``a_episode_seed``,
     ``a_sla_violations``, ...) as a 1-D array.
     """
@@ -312,6 +337,17 @@ class PairArrays:
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
+
+    @property
+    def transitions(self) -> bool:
+        """Whether the segments hold T+1 observations (every transition (s, s'))."""
+        return int(self.shape.get("obs_steps", self.shape["segment_length"])) \
+            == int(self.shape["segment_length"]) + 1
+
+    def post_step_obs(self, side: str) -> dict[str, np.ndarray]:
+        """Side ``side``'s T post-step observations ``{part: (P, T, ...)}`` in either layout."""
+        t = int(self.shape["segment_length"])
+        return {part: self.obs[side][part][:, -t:] for part in OBS_PARTS}
 
 
 def read_table(path: str | Path, *, soft_labels: bool = False) -> pa.Table:
@@ -332,7 +368,7 @@ def read_table(path: str | Path, *, soft_labels: bool = False) -> pa.Table:
         tables.append((f, table))
     first_file, first = tables[0]
     ref = {name: int(first.column(name)[0].as_py()) if first.num_rows else None
-           for name in ("segment_length", *SHAPE_FIELDS)}
+           for name in ("segment_length", "obs_steps", *SHAPE_FIELDS)}
     for f, table in tables:
         for name, want in ref.items():
             if want is None:
@@ -349,22 +385,31 @@ def read_pairs(path: str | Path, *, soft_labels: bool = False) -> PairArrays:
     table = read_table(path, soft_labels=soft_labels)
     n = table.num_rows
     shape = {name: (int(table.column(name)[0].as_py()) if n else 0)
-             for name in ("segment_length", *SHAPE_FIELDS)}
-    t = shape["segment_length"]
-    dims = {"macro": (shape["macro_dim"],),
-            "servers": (shape["n_servers"], shape["server_dim"]),
-            "jobs": (shape["k_slots"], shape["job_dim"]),
-            "actions": (shape["action_dim"],)}
+             for name in ("segment_length", "obs_steps", *SHAPE_FIELDS)}
     obs: dict[str, dict[str, np.ndarray]] = {}
     for s in SIDES:
         obs[s] = {}
-        for part, d in dims.items():
+        for part, dims in _LIST_DIMS.items():
             flat = pc.list_flatten(table.column(f"{s}_{part}")).to_numpy()
-            obs[s][part] = flat.reshape((n, t, *d))
+            obs[s][part] = flat.reshape((n, *(shape[d] for d in dims)))
     list_cols = {f"{s}_{p}" for s in SIDES for p in _LIST_DIMS}
     meta = {name: table.column(name).to_numpy(zero_copy_only=False)
             for name in table.column_names if name not in list_cols and name != "label"}
     return PairArrays(label=table.column("label").to_numpy(), obs=obs, meta=meta, shape=shape)
+
+
+def first_state_segment_file(path: str | Path) -> tuple[Path, bool] | None:
+    """The first file of a dataset whose segments hold T observations (state segments),
+    and whether it lacks the ``obs_steps`` column (written before it existed); None when
+    every file holds transition segments."""
+    for f in pair_files(path):
+        names = pq.read_schema(f).names
+        if "obs_steps" not in names:
+            return f, True
+        cols = pq.read_table(f, columns=["segment_length", "obs_steps"])
+        if (cols.column("obs_steps").to_numpy() == cols.column("segment_length").to_numpy()).any():
+            return f, False
+    return None
 
 
 def pairs_dataset(path: str | Path, *, validate: bool = True, soft_labels: bool = False):

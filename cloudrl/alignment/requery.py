@@ -140,14 +140,23 @@ def label_pairs(episodes: list[EpisodeData], n_pairs: int, segment_length: int,
 
 
 def rows_to_arrays(rows: list[dict[str, Any]], like: PairArrays) -> PairArrays:
-    """Pair rows as :class:`PairArrays` with the shapes of ``like``."""
+    """Pair rows as :class:`PairArrays` with the shapes of ``like``: rows of T+1
+    observations keep the last T (the post-step ones) when ``like`` holds state segments."""
     t = like.shape["segment_length"]
+    keep = int(like.shape.get("obs_steps", t))
     dims = {"macro": (like.shape["macro_dim"],),
             "servers": (like.shape["n_servers"], like.shape["server_dim"]),
             "jobs": (like.shape["k_slots"], like.shape["job_dim"]),
             "actions": (like.shape["action_dim"],)}
-    obs = {s: {part: np.stack([np.asarray(r[f"{s}_{part}"]).reshape(t, *d) for r in rows])
-               for part, d in dims.items()} for s in ("a", "b")}
+
+    def part_array(r: dict[str, Any], side: str, part: str) -> np.ndarray:
+        d = dims[part]
+        if part == "actions":
+            return np.asarray(r[f"{side}_{part}"]).reshape(t, *d)
+        return np.asarray(r[f"{side}_{part}"]).reshape(-1, *d)[-keep:]
+
+    obs = {s: {part: np.stack([part_array(r, s, part) for r in rows]) for part in dims}
+           for s in ("a", "b")}
     meta = {"pair_id": np.array([r["pair_id"] for r in rows], dtype=object),
             "source": np.array([r["source"] for r in rows], dtype=object)}
     return PairArrays(label=np.array([r["label"] for r in rows], dtype=np.float64), obs=obs,
@@ -177,7 +186,8 @@ def finetune(model: torch.nn.Module, pairs: PairArrays, *, epochs: int, batch_si
         order = rng.permutation(len(pairs))
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
-            obs, label = pair_batch(pairs, order[start:start + batch_size], "cpu")
+            obs, label = pair_batch(pairs, order[start:start + batch_size], "cpu",
+                                    model.transition)
             returns = model(obs).sum(-1)
             half = returns.shape[1] // 2
             loss = bt_loss(returns[:, :half], returns[:, half:],

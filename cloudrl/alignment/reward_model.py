@@ -4,8 +4,10 @@
 (:mod:`cloudrl.alignment.preferences`) on the driver, puts the arrays in Ray's object
 store, and runs a Ray Train ``TorchTrainer``. Each worker
 
-* builds a :class:`models.reward_net.RewardEnsemble` (k nets, r(s) per step on the
-  shared cluster encoder; the same seed on every rank) and a ``torch.optim.AdamW``;
+* builds a :class:`models.reward_net.RewardEnsemble` (k nets, r(s, s') per step on the
+  shared cluster encoder, with the step's SLA violations derived from the two
+  observations when the macro vector has the env's layout, else r(s'); the same seed on
+  every rank) and a ``torch.optim.AdamW``;
 * calls ``deepspeed.initialize`` with ``zero_optimization.stage`` (2 by default): the
   gradients and the Adam moments are partitioned across the ranks. DeepSpeed runs on the
   process group Ray Train set up: gloo and DeepSpeed's CPU accelerator without GPUs,
@@ -55,7 +57,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cloudrl.alignment.bradley_terry import bt_loss, calibration, pair_accuracy
-from cloudrl.alignment.preferences import PairArrays, PairDataError, read_pairs
+from cloudrl.alignment.preferences import (
+    PairArrays,
+    PairDataError,
+    first_state_segment_file,
+    read_pairs,
+)
 from models.encoders import EncoderConfig
 from models.reward_net import RewardEnsemble, build_reward_ensemble, encoder_spec
 
@@ -84,6 +91,14 @@ class RewardNetSpec(BaseModel):
                                   "> overload_threshold to the server rows (when the rows "
                                   "have the env's columns)")
     overload_threshold: float = Field(default=0.9, gt=0.0, le=1.0)
+    transition_features: bool = Field(
+        default=True, description="r(s, s'): add the step's SLA violations, recovered from "
+                                  "the macro violation_rate EMA before and after the step, "
+                                  "to the post-step macro vector (when the macro vector has "
+                                  "the env's layout); needs pairs with T+1 observations")
+    violation_ema: float = Field(default=0.05, gt=0.0, le=1.0,
+                                 description="the simulator's EMA weight of violation_rate "
+                                             "(envs.sim._EMA)")
 
     def encoder(self) -> EncoderConfig:
         return EncoderConfig(tuple(self.macro_hiddens), tuple(self.row_hiddens),
@@ -173,11 +188,25 @@ def rank_shard(indices: np.ndarray, rank: int, world: int) -> np.ndarray:
     return indices[rank::world][:per_rank]
 
 
-def pair_batch(pairs: PairArrays, index: np.ndarray, device: torch.device | str
-               ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Sides A then B stacked on the batch axis: obs (2B, T, ...) and labels (B,)."""
-    obs = {part: torch.from_numpy(np.concatenate([pairs.obs["a"][part][index],
-                                                  pairs.obs["b"][part][index]]))
+def segment_obs(pairs: PairArrays, side: str, transition: bool) -> dict[str, np.ndarray]:
+    """The observations a net scores: all T+1 for a transition net, the T post-step ones
+    for a state net (either layout)."""
+    if not transition:
+        return pairs.post_step_obs(side)
+    if not pairs.transitions:
+        raise PairDataError(f"pairs: field obs_steps: {pairs.shape.get('obs_steps')} "
+                            f"observations for {pairs.shape['segment_length']} steps; the "
+                            "transition reward needs T+1")
+    return {part: pairs.obs[side][part] for part in OBS_PARTS}
+
+
+def pair_batch(pairs: PairArrays, index: np.ndarray, device: torch.device | str,
+               transition: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Sides A then B stacked on the batch axis: obs (2B, O, ...) and labels (B,), with
+    O = T+1 for a transition net, T for a state net."""
+    sides = [segment_obs(pairs, s, transition) for s in ("a", "b")]
+    obs = {part: torch.from_numpy(np.concatenate([sides[0][part][index],
+                                                  sides[1][part][index]]))
            .to(device=device, dtype=torch.float32) for part in OBS_PARTS}
     label = torch.from_numpy(pairs.label[index]).to(device=device, dtype=torch.float32)
     return obs, label
@@ -193,9 +222,45 @@ def server_feature_spec(cfg: RewardModelConfig, server_dim: int) -> dict[str, An
             "threshold": cfg.net.overload_threshold}
 
 
+def violation_rate_index(macro_dim: int) -> int | None:
+    """Where ``violation_rate`` sits in a macro vector of the env's layout (4 per tier, then
+    ``MACRO_TAIL``), or None when ``macro_dim`` does not fit that layout."""
+    from envs.observation import MACRO_TAIL
+
+    per_tier = macro_dim - len(MACRO_TAIL)
+    if per_tier < 4 or per_tier % 4:
+        return None
+    return per_tier + MACRO_TAIL.index("violation_rate")
+
+
+def transition_feature_spec(cfg: RewardModelConfig, macro_dim: int) -> dict[str, Any] | None:
+    """The derived transition column's spec, or None when off or the macro layout differs."""
+    index = violation_rate_index(macro_dim) if cfg.net.transition_features else None
+    return None if index is None else {"violation_rate": index, "ema": cfg.net.violation_ema}
+
+
+def check_obs_layout(pairs: PairArrays, spec: dict[str, Any], where: str | None) -> None:
+    """A transition net needs segments of T+1 observations: one line naming the first file
+    (under ``where``, a dataset path, when given) that holds only T, and the column."""
+    if not spec.get("transition_features") or pairs.transitions:
+        return
+    t = pairs.shape["segment_length"]
+    problem = f"{pairs.shape.get('obs_steps', t)} observations per side for {t} steps"
+    found = first_state_segment_file(where) if where and Path(where).exists() else None
+    if found is not None:
+        where = str(found[0])
+        if found[1]:
+            problem = f"missing column (a file from before transition segments: {problem})"
+    raise PairDataError(
+        f"{where or 'pairs'}: field obs_steps: {problem}; the transition reward r(s, s') "
+        f"needs {t + 1}: re-create the pairs (cloudrl align pairs, cloudrl feedback export "
+        "--format pairs) or set net.transition_features: false")
+
+
 def net_spec(cfg: RewardModelConfig, shape: dict[str, int]) -> dict[str, Any]:
     """What :func:`models.reward_net.build_reward_ensemble` needs (stored with the weights)."""
     return {"server_features": server_feature_spec(cfg, shape["server_dim"]),
+            "transition_features": transition_feature_spec(cfg, shape["macro_dim"]),
             "macro_dim": shape["macro_dim"], "n_servers": shape["n_servers"],
             "server_dim": shape["server_dim"], "k_slots": shape["k_slots"],
             "job_dim": shape["job_dim"], "ensemble_size": cfg.ensemble_size,
@@ -228,12 +293,62 @@ def synthetic_linear_pairs(n_pairs: int, *, segment_length: int = 4, n_servers: 
                 + obs[side]["jobs"].mean(-2) @ weights["jobs"])
         returns[side] = step.sum(-1)
     label = (returns["a"] > returns["b"]).astype(np.float64)
-    shape = {"segment_length": segment_length, "n_servers": n_servers, "k_slots": k_slots,
-             "macro_dim": macro_dim, "server_dim": server_dim, "job_dim": job_dim,
-             "action_dim": 1}
+    shape = {"segment_length": segment_length, "obs_steps": segment_length,
+             "n_servers": n_servers, "k_slots": k_slots, "macro_dim": macro_dim,
+             "server_dim": server_dim, "job_dim": job_dim, "action_dim": 1}
     meta = {"pair_id": np.array([f"syn-{i}" for i in range(n_pairs)], dtype=object),
             "source": np.array(["teacher"] * n_pairs, dtype=object)}
     return PairArrays(label=label, obs=obs, meta=meta, shape=shape), weights
+
+
+def synthetic_transition_pairs(n_pairs: int, *, segment_length: int = 8, n_servers: int = 4,
+                               k_slots: int = 3, server_dim: int = 3, job_dim: int = 3,
+                               ema: float = 0.05, micro_weight: float = 0.3,
+                               seed: int = 0) -> tuple[PairArrays, np.ndarray]:
+    """Transition segments (T+1 observations) labelled by a reward no single state shows.
+
+    The macro vector has the env's layout for one tier (``4 + len(MACRO_TAIL)`` columns,
+    random except ``violation_rate``), and ``violation_rate`` follows the simulator's EMA
+    of hidden per-step violation counts v_t ~ Poisson(lambda), lambda drawn per segment,
+    from a random starting level. The true per-step reward is
+    ``-v_t + micro_weight * mean_rows(servers_{t+1}) . w``: the violations are visible
+    only in the change of the EMA between o_t and o_{t+1}. Label 1 when A's return is
+    higher. Returns the pairs and the (P, 2, T) violation counts (sides a, b).
+    """
+    from envs.observation import MACRO_TAIL
+
+    rng = np.random.default_rng(seed)
+    macro_dim = 4 + len(MACRO_TAIL)
+    vi = violation_rate_index(macro_dim)
+    t_len, o_len = segment_length, segment_length + 1
+    w = rng.normal(0, 1.0, server_dim)
+    obs: dict[str, dict[str, np.ndarray]] = {}
+    returns, counts = {}, []
+    for side in ("a", "b"):
+        macro = rng.normal(0, 1, (n_pairs, o_len, macro_dim))
+        lam = rng.uniform(0.0, 1.0, (n_pairs, 1))
+        v = rng.poisson(lam, (n_pairs, t_len)).astype(np.float64)
+        level = rng.uniform(0.0, 1.0, n_pairs)
+        macro[:, 0, vi] = level
+        for t in range(t_len):
+            level = level + ema * (v[:, t] - level)
+            macro[:, t + 1, vi] = level
+        servers = rng.normal(0, 1, (n_pairs, o_len, n_servers, server_dim))
+        obs[side] = {"macro": macro.astype(np.float32), "servers": servers.astype(np.float32),
+                     "jobs": rng.normal(0, 1, (n_pairs, o_len, k_slots, job_dim))
+                     .astype(np.float32),
+                     "actions": np.zeros((n_pairs, t_len, 1), dtype=np.int64)}
+        micro = obs[side]["servers"][:, 1:].mean(-2) @ w
+        returns[side] = (-v + micro_weight * micro).sum(-1)
+        counts.append(v)
+    label = (returns["a"] > returns["b"]).astype(np.float64)
+    shape = {"segment_length": t_len, "obs_steps": o_len, "n_servers": n_servers,
+             "k_slots": k_slots, "macro_dim": macro_dim, "server_dim": server_dim,
+             "job_dim": job_dim, "action_dim": 1}
+    meta = {"pair_id": np.array([f"syn-t-{i}" for i in range(n_pairs)], dtype=object),
+            "source": np.array(["teacher"] * n_pairs, dtype=object)}
+    return (PairArrays(label=label, obs=obs, meta=meta, shape=shape),
+            np.stack(counts, axis=1))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -248,7 +363,7 @@ def member_gaps(model: RewardEnsemble, pairs: PairArrays, index: np.ndarray | No
     model.eval()
     out = []
     for start in range(0, len(index), batch_size):
-        obs, _ = pair_batch(pairs, index[start:start + batch_size], device)
+        obs, _ = pair_batch(pairs, index[start:start + batch_size], device, model.transition)
         returns = model.segment_returns(obs)
         half = returns.shape[1] // 2
         out.append((returns[:, :half] - returns[:, half:]).double().cpu().numpy())
@@ -324,6 +439,7 @@ def _train_loop(loop: dict[str, Any]) -> None:
     torch.manual_seed(cfg.seed)
     spec = loop["spec"]
     model = build_reward_ensemble(spec)
+    transition = model.transition
     param_numel = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
@@ -340,7 +456,8 @@ def _train_loop(loop: dict[str, Any]) -> None:
         loss_sum = torch.zeros((), device=device)
         t0 = time.perf_counter()
         for start in range(0, len(order), cfg.batch_size):
-            obs, label = pair_batch(pairs, order[start:start + cfg.batch_size], device)
+            obs, label = pair_batch(pairs, order[start:start + cfg.batch_size], device,
+                                    transition)
             returns = engine(obs).sum(-1)  # (k, 2B) segment returns
             half = returns.shape[1] // 2
             per_member = bt_loss(returns[:, :half], returns[:, half:],
@@ -472,6 +589,9 @@ def train_reward_model(cfg: RewardModelConfig, pairs: PairArrays | None = None,
         raise PairDataError(f"data: {len(pairs)} pairs are too few for {cfg.num_workers} "
                             f"worker(s) and a held-out share")
     spec = net_spec(cfg, pairs.shape)
+    check_obs_layout(pairs, spec, cfg.data)
+    if val_pairs is not None:
+        check_obs_layout(val_pairs, spec, cfg.val_data)
     if not ray.is_initialized():
         ray.init()
     loop = {"config": cfg.model_dump(), "spec": spec, "pairs": ray.put(pairs),

@@ -1,9 +1,10 @@
 """The safety-bound teacher: segment statistics, a lexicographic ranking, teacher pair datasets.
 
 A segment is T consecutive steps s..s+T-1 of a recorded episode
-(``cloudrl.alignment.recording``): the actions taken there and the observations those
-actions led to, s+1..s+T (the post-step states; the reward model scores step t by the
-state after it, as the phase-3 connector does). Its statistics:
+(``cloudrl.alignment.recording``): the actions taken there and the T+1 observations
+s..s+T around them (observation s+k is the one action s+k was taken on, and the one
+action s+k-1 led to), so a transition reward r(o_t, o_{t+1}) sees every step's
+before and after, as the phase-3 connector does. Its statistics:
 
 * ``sla_violations``: SLA violations (late finishes + drops) reported in the steps' infos;
 * ``overload``: server-steps whose utilisation (the larger of CPU and memory use over
@@ -199,15 +200,16 @@ def segment_stats(ep: EpisodeData, start: int, length: int, cfg: TeacherConfig) 
 
 
 def cut_segment(ep: EpisodeData, start: int, length: int, cfg: TeacherConfig) -> Segment:
-    """Steps start..start+length-1 of ``ep`` as a :class:`Segment` with its statistics:
-    the actions of those steps and the observations after them (start+1..start+length)."""
+    """Steps start..start+length-1 of ``ep`` as a transition :class:`Segment` with its
+    statistics: the actions of those steps and the length+1 observations start..start+length
+    (before the first action, then after each)."""
     if length < 1 or start < 0 or start + length > ep.length:
         raise ValueError(f"segment [{start}, {start + length}) outside the episode's "
                          f"{ep.length} steps")
     stop = start + length
-    post = slice(start + 1, stop + 1)  # the states the statistics are computed on
-    return Segment(macro=ep.macro[post], servers=ep.servers[post],
-                   jobs=ep.jobs[post], actions=ep.actions[start:stop],
+    around = slice(start, stop + 1)  # T+1 observations: T transitions
+    return Segment(macro=ep.macro[around], servers=ep.servers[around],
+                   jobs=ep.jobs[around], actions=ep.actions[start:stop],
                    episode_seed=ep.episode_seed, start=start, policy=ep.policy,
                    stats=segment_stats(ep, start, length, cfg))
 
