@@ -1,0 +1,148 @@
+"""Benchmark: a learned (PPO) supervisor over frozen sub-agents vs its sub-agents, the
+rule-based supervisor and the heuristics, on the held-out test seeds.
+
+For each workload: train the supervisor with ``cloudrl.training.train`` (``--algo
+hierarchical``: PPO on the supervisor of ``envs.hierarchical_env``, train seeds 0..49),
+then run every policy on the same test seeds (1,000,000 + i) and print the comparison
+table (mean ± 95% CI). Policies: ``ppo_supervisor`` (the checkpoint, greedy),
+``rule_supervisor`` (thresholds on load: the SLA specialist when mean tier load > 0.5,
+queue fill > 5% or recent violation rate > 2%), each sub-agent alone, and the other
+heuristics. Everything goes to one MLflow run (experiment ``cloudrl-hierarchical``):
+params, the training curves, each policy's means, the tables, and the decision share of
+each sub-agent by hour of day (``hierarchy/decision_share.png``) of the learned
+supervisor on 10 test seeds.
+
+Run (about 25 min of CPU at the defaults)::
+
+    .venv/bin/python experiments/bench_hierarchical.py [--n-servers 50] [--seeds 50] \\
+        [--env-steps 20000] [--k 10] [--quick]
+
+Results (measured 2026-11-23 on the shared 2-core machine, load average ~30):
+see the table printed by the run; filled in below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SUB_AGENTS = ["power_aware", "power_aware:spare_floor=6,lead_ticks=10,spare_frac=0.1", "sjf"]
+SUB_LABELS = ["power_aware", "pa_headroom", "sjf"]
+OTHER_HEURISTICS = ["round_robin", "ffd"]
+
+
+def run_policies(policies: dict, env_cfg: dict, seeds: list[int]) -> list:
+    from cloudrl.evaluate import make_env, run_episode
+    from envs.env_config import EnvConfig
+
+    env = make_env(EnvConfig.model_validate(env_cfg), "flat")
+    out = []
+    for label, policy in policies.items():
+        for seed in seeds:
+            out.append(replace(run_episode(policy, env, seed), policy=label))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-servers", type=int, default=50)
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--env-steps", type=int, default=20_000,
+                        help="supervisor decisions per training run")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--workloads", nargs="+", default=["poisson", "google_v2_like"])
+    parser.add_argument("--out", default="results/bench_hierarchical")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.n_servers, args.seeds, args.env_steps = 8, 3, 300
+
+    import ray
+
+    from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
+    from cloudrl.algorithms.hierarchical.report import decision_shares, log_decision_shares
+    from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
+    from cloudrl.algorithms.hierarchical.supervisors import RuleSupervisor
+    from cloudrl.checkpoint_policy import load_policy
+    from cloudrl.evaluate import format_table, make_env, summary_rows
+    from cloudrl.heuristics import make_heuristic
+    from cloudrl.protocol import seeds_for
+    from cloudrl.tracking import finishing, log_artifacts, log_metrics, log_params, open_run
+    from cloudrl.training import TrainConfig, train
+    from envs.env_config import EnvConfig
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ray.init(num_cpus=2, include_dashboard=False)
+    client, run_id = open_run(None, "cloudrl-hierarchical", f"bench_n{args.n_servers}",
+                              {"bench": "hierarchical"})
+    seeds = seeds_for("test", args.seeds)
+    hparams = {"sub_agents": SUB_AGENTS, "k": args.k}
+    if args.quick:
+        hparams.update(train_batch_size_per_learner=100, minibatch_size=50, num_epochs=1)
+    log_params(client, run_id, {"n_servers": args.n_servers, "seeds": args.seeds,
+                                "env_steps": args.env_steps, "hparams": hparams})
+    shares, summary = {}, {}
+    with finishing(client, run_id):
+        for wl in args.workloads:
+            env_cfg = {"n_servers": args.n_servers, "workload": wl}
+            if args.quick:
+                env_cfg["sim"] = {"episode_length": 100}
+            cfg = TrainConfig(algo="hierarchical", env=env_cfg, env_steps=args.env_steps,
+                              envs_per_runner=1, hparams=hparams,
+                              checkpoint_dir=str(out / f"ck_{wl}_n{args.n_servers}"))
+            start = time.perf_counter()
+
+            def curve(it: int, m: dict, wl: str = wl) -> None:
+                log_metrics(client, run_id, {f"{wl}/train/{k}": v for k, v in m.items()},
+                            step=int(m["env_steps"]))
+                print(f"[{wl}] iter {it} steps {int(m['env_steps'])} "
+                      f"return {m.get('episode_return_mean', float('nan')):.2f}", flush=True)
+
+            path, _ = train(cfg, on_iteration=curve)
+            train_s = time.perf_counter() - start
+            learned = load_policy(path)
+            learned.sub_agent_names = list(SUB_LABELS)
+            rule = HierarchicalPolicy(RuleSupervisor(power=0, sla=1),
+                                      [make_sub_agent(s, "flat") for s in SUB_AGENTS],
+                                      args.k, sub_agent_names=SUB_LABELS)
+            policies = {"ppo_supervisor": learned, "rule_supervisor": rule}
+            policies |= {label: make_sub_agent(s, "flat")
+                         for label, s in zip(SUB_LABELS, SUB_AGENTS, strict=True)}
+            policies |= {h: make_heuristic(h) for h in OTHER_HEURISTICS}
+            start = time.perf_counter()
+            results = run_policies(policies, env_cfg, seeds)
+            eval_s = time.perf_counter() - start
+            rows = summary_rows(results)
+            table = format_table(rows, markdown=True)
+            header = (f"*{wl}*, N={args.n_servers}, k={args.k}, {args.seeds} test seeds, "
+                      f"supervisor trained {args.env_steps} decisions ({train_s:.0f} s), "
+                      f"eval {eval_s:.0f} s")
+            print(f"\n{header}\n\n{table}\n", flush=True)
+            (out / f"table_{wl}.md").write_text(f"{header}\n\n{table}\n")
+            summary[wl] = rows
+            log_metrics(client, run_id, {f"{wl}/{r['policy']}/{k}": r[k] for r in rows
+                                         for k in ("episode_reward_mean", "energy_kwh_mean",
+                                                   "sla_violation_rate_mean")})
+            share_seeds = seeds[:min(10, len(seeds))]
+            shares[wl] = decision_shares(learned, make_env(EnvConfig.model_validate(env_cfg),
+                                                           "flat"), share_seeds)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        log_artifacts(client, run_id, [*out.glob("table_*.md"), out / "summary.json"],
+                      "tables")
+        png = log_decision_shares(client, run_id, shares, SUB_LABELS, out)
+        print(f"decision share plot: {png} (MLflow run {run_id})")
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
