@@ -1,0 +1,82 @@
+"""``CQLLagTorchLearner``: the constrained fitted-Q update and the multiplier's update.
+
+Each update: the losses of :mod:`.losses` on the batch (TD on both heads, CQL on the
+reward head, optionally on the cost head), one optimizer step on their sum, then one
+step of the :class:`~.lagrange.LagrangeController` on the batch's cost estimate against
+the per-step threshold; the new λ is written into the module's ``lagrange`` buffer (the
+policy the checkpoint serves). Target networks are copied (``tau`` = 1) or Polyak-averaged
+every ``target_network_update_freq`` updates. Logged per update: every loss term,
+``lagrange``, ``cost_estimate``, ``cost_threshold``, mean Q of the data actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.learner.utils import update_target_network
+from ray.rllib.core.rl_module.apis import QNetAPI, TargetNetworkAPI
+
+from cloudrl.algorithms.cql_lag.connectors import COSTS
+from cloudrl.algorithms.cql_lag.lagrange import LagrangeController
+from cloudrl.algorithms.cql_lag.losses import constrained_q_losses
+from models import cql_lag as M
+
+
+class CQLLagTorchLearner(TorchLearner):
+    """Discrete CQL + cost critic + Lagrangian on one (flat, masked) module."""
+
+    def build(self) -> None:
+        super().build()
+        self.controllers: dict[str, LagrangeController] = {}
+        self.updates = 0
+        for module_id, module in self.module._rl_modules.items():
+            module.unwrapped().make_target_networks()
+            cfg = self.config.get_config_for_module(module_id)
+            ctl = cfg.lagrange_controller()
+            lam = float(module.unwrapped().lagrange)
+            if lam > 0:  # resumed from a checkpoint: go on from its λ
+                ctl.set_value(lam)
+            else:
+                module.unwrapped().lagrange.fill_(ctl.value)
+            self.controllers[module_id] = ctl
+
+    @classmethod
+    def rl_module_required_apis(cls) -> list[type]:
+        return [QNetAPI, TargetNetworkAPI]
+
+    def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
+                                fwd_out: dict[str, Any]) -> Any:
+        module = self.module[module_id].unwrapped()
+        ctl = self.controllers[module_id]
+        lam = float(ctl.value)
+        terms = constrained_q_losses(
+            qr=fwd_out[M.QR], qc=fwd_out[M.QC], qr_next=fwd_out[M.QR_NEXT],
+            qc_next=fwd_out[M.QC_NEXT], qr_target_next=fwd_out[M.QR_TARGET_NEXT],
+            qc_target_next=fwd_out[M.QC_TARGET_NEXT], feasible=fwd_out[M.FEASIBLE],
+            next_feasible=fwd_out[M.NEXT_FEASIBLE], actions=batch[Columns.ACTIONS],
+            rewards=batch[Columns.REWARDS], costs=batch[COSTS],
+            terminateds=batch[Columns.TERMINATEDS], lagrange=lam, gamma=config.gamma,
+            cql_alpha=config.cql_alpha, cql_cost_alpha=config.cql_cost_alpha,
+            reward_scale=config.reward_scale, cost_scale=config.cost_scale)
+        threshold = config.cost_threshold()
+        new_lam = ctl.update(float(terms.cost_estimate), threshold)
+        module.lagrange.fill_(new_lam)
+        self.metrics.log_dict({
+            "loss": terms.total.item(), "td_reward": terms.td_reward.item(),
+            "td_cost": terms.td_cost.item(), "cql_reward": terms.cql_reward.item(),
+            "cql_cost": terms.cql_cost.item(), "cost_estimate": terms.cost_estimate.item(),
+            "cost_threshold": threshold, "lagrange": new_lam,
+            "q_reward": terms.q_reward.item(), "q_cost": terms.q_cost.item(),
+        }, key=module_id, window=1)
+        return terms.total
+
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        self.updates += 1
+        for module_id, module in self.module._rl_modules.items():
+            cfg = self.config.get_config_for_module(module_id)
+            if self.updates % cfg.target_network_update_freq == 0:
+                for main, target in module.unwrapped().get_target_network_pairs():
+                    update_target_network(main_net=main, target_net=target, tau=cfg.tau)

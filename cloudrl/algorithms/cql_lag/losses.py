@@ -1,0 +1,82 @@
+"""The constrained fitted-Q losses, as plain torch functions (hand-checkable in tests).
+
+For a batch of transitions (s, a, r, c, s', done) with online heads Q_r, Q_c, target
+heads Q_r', Q_c' and the multiplier λ:
+
+* next action (the current policy at s'): a' = argmax over valid a of Q_r(s', a) - λ Q_c(s', a);
+* TD targets: y_r = reward_scale·r + γ(1-done)·Q_r'(s', a'),
+  y_c = cost_scale·c + γ(1-done)·Q_c'(s', a');
+* TD losses: Huber(Q_r(s, a) - y_r), Huber(Q_c(s, a) - y_c), batch means;
+* discrete CQL on the reward head: logsumexp over VALID actions of Q_r(s, ·) minus
+  Q_r(s, a) (pushes down the Q of actions the data does not take); the same term on the
+  cost head (``cql_cost_alpha`` > 0) is the source's formulation, kept as an ablation;
+* cost estimate: (1-γ)·mean over the batch of Q_c(s, π(s)) - a per-step cost rate of the
+  current policy on the data's states, in the units of the per-step threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+NEG_INF = float("-inf")
+
+
+def gather(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Q(s, a) (B,) of (B, A) values at integer actions (B,)."""
+    return q.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+
+
+def cql_penalty(q: torch.Tensor, actions: torch.Tensor, feasible: torch.Tensor) -> torch.Tensor:
+    """Per-sample discrete CQL term (B,): logsumexp over valid actions of Q minus Q(s, a)."""
+    return torch.logsumexp(q.masked_fill(~feasible, NEG_INF), dim=-1) - gather(q, actions)
+
+
+def greedy_actions(qr: torch.Tensor, qc: torch.Tensor, lagrange: torch.Tensor | float,
+                   feasible: torch.Tensor) -> torch.Tensor:
+    """argmax over valid actions of Q_r - λ·Q_c (B,)."""
+    return (qr - lagrange * qc).masked_fill(~feasible, NEG_INF).argmax(dim=-1)
+
+
+@dataclass
+class LossTerms:
+    """Every term of one update (tensors; ``total`` carries the gradient)."""
+
+    total: torch.Tensor
+    td_reward: torch.Tensor
+    td_cost: torch.Tensor
+    cql_reward: torch.Tensor
+    cql_cost: torch.Tensor
+    cost_estimate: torch.Tensor
+    q_reward: torch.Tensor  # mean Q_r(s, a) of the data actions
+    q_cost: torch.Tensor  # mean Q_c(s, a) of the data actions
+
+
+def constrained_q_losses(*, qr: torch.Tensor, qc: torch.Tensor, qr_next: torch.Tensor,
+                         qc_next: torch.Tensor, qr_target_next: torch.Tensor,
+                         qc_target_next: torch.Tensor, feasible: torch.Tensor,
+                         next_feasible: torch.Tensor, actions: torch.Tensor,
+                         rewards: torch.Tensor, costs: torch.Tensor,
+                         terminateds: torch.Tensor, lagrange: float, gamma: float,
+                         cql_alpha: float, cql_cost_alpha: float = 0.0,
+                         reward_scale: float = 1.0, cost_scale: float = 1.0) -> LossTerms:
+    """The loss of one batch (see the module docstring); λ and the targets carry no gradient."""
+    with torch.no_grad():
+        a_next = greedy_actions(qr_next, qc_next, lagrange, next_feasible)
+        live = 1.0 - terminateds.float()
+        y_r = reward_scale * rewards.float() + gamma * live * gather(qr_target_next, a_next)
+        y_c = cost_scale * costs.float() + gamma * live * gather(qc_target_next, a_next)
+        a_pi = greedy_actions(qr, qc, lagrange, feasible)
+        cost_estimate = (1.0 - gamma) * gather(qc, a_pi).mean()
+    q_r, q_c = gather(qr, actions), gather(qc, actions)
+    td_r = F.smooth_l1_loss(q_r, y_r)
+    td_c = F.smooth_l1_loss(q_c, y_c)
+    cql_r = cql_penalty(qr, actions, feasible).mean()
+    cql_c = cql_penalty(qc, actions, feasible).mean()
+    total = td_r + td_c + cql_alpha * cql_r
+    if cql_cost_alpha:
+        total = total + cql_cost_alpha * cql_c
+    return LossTerms(total, td_r, td_c, cql_r, cql_c, cost_estimate, q_r.mean().detach(),
+                     q_c.mean().detach())
