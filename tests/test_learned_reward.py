@@ -235,6 +235,28 @@ def test_connector_scores_each_step_from_its_own_transition_by_hand(reward):
     piece(rl_module=None, batch={}, episodes=[replayed], shared_data={})
     assert replayed.get_rewards(0) == pytest.approx(float(want @ GAMMA ** np.arange(3)),
                                                     rel=1e-5)
+    # a state reward (checkpoints from before transition rewards) scores o_{t+1} alone
+    from cloudrl.alignment.learned_reward import reward_payload
+    from cloudrl.alignment.reward_model import RewardModelConfig, RewardNetSpec, net_spec
+    from models.reward_net import build_reward_ensemble
+
+    spec = {**payload["spec"], "transition_features": None}
+    assert spec == net_spec(RewardModelConfig(net=RewardNetSpec(
+        **NET, transition_features=False), ensemble_size=2), {
+        k: payload["spec"][k] for k in ("macro_dim", "n_servers", "server_dim", "k_slots",
+                                        "job_dim")})
+    torch.manual_seed(0)
+    state_net = build_reward_ensemble(spec).eval()
+    state_piece = LearnedRewardConnector(reward=reward_payload(state_net, spec, 0.3, 0.05),
+                                         reward_scale=SCALE, target_std=TARGET_STD)
+    ep3 = episode(obs)
+    state_piece(rl_module=None, batch={}, episodes=[ep3], shared_data={})
+    with torch.no_grad():
+        nxt = {k: torch.as_tensor(np.stack([o[k] for o in obs[1:]]), dtype=torch.float32)
+               for k in ("macro", "servers", "jobs")}
+        raw = state_net(nxt).mean(0).double().numpy()
+    np.testing.assert_allclose(ep3.get_rewards(), SCALE * TARGET_STD * (raw - 0.3) / 0.05,
+                               rtol=1e-5, atol=1e-7)
 
 
 def test_nstep_without_intermediate_observations_is_an_error(reward):
