@@ -81,7 +81,14 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=2, include_dashboard=False)
+    for attempt in range(3):  # a loaded shared machine can time out Ray's node startup
+        try:
+            ray.init(num_cpus=2, include_dashboard=False)
+            break
+        except Exception:  # noqa: BLE001 - retried, then raised
+            if attempt == 2:
+                raise
+            time.sleep(10)
     client, run_id = open_run(None, "cloudrl-hierarchical", f"bench_n{args.n_servers}",
                               {"bench": "hierarchical"})
     seeds = seeds_for("test", args.seeds)

@@ -124,20 +124,22 @@ def test_supervisor_always_picking_i_reproduces_sub_agent_i_exactly(i: int) -> N
     # the multi-agent env with embedded sub-agents
     env = HierarchicalClusterEnv({"env": BIG, "k": 7, "sub_agents": SUBS,
                                   "sub_agent_factory": make_sub_agent})
-    env.reset(seed=SEED)
-    total, energy, done = 0.0, 0.0, False
-    while not done:
-        _, rewards, _, trunc, info = env.step({SUPERVISOR: i})
-        total += rewards[SUPERVISOR]
-        energy += info[SUPERVISOR]["energy_kwh"]
-        done = trunc["__all__"]
-    assert total == pytest.approx(alone.episode_reward, rel=1e-12)
-    assert energy == pytest.approx(alone.energy_kwh, rel=1e-12)
+    for _ in range(2):  # the second episode on the same env too (sub-agents are reset)
+        env.reset(seed=SEED)
+        total, energy, done = 0.0, 0.0, False
+        while not done:
+            _, rewards, _, trunc, info = env.step({SUPERVISOR: i})
+            total += rewards[SUPERVISOR]
+            energy += info[SUPERVISOR]["energy_kwh"]
+            done = trunc["__all__"]
+        assert total == pytest.approx(alone.episode_reward, rel=1e-12)
+        assert energy == pytest.approx(alone.energy_kwh, rel=1e-12)
     assert alone.jobs_ended > 0 and alone.toggles + alone.jobs_ended > 0
     # the hierarchy as a Policy, through the evaluation protocol's episode runner
     policy = HierarchicalPolicy(FixedSupervisor(i), [make_heuristic(s) for s in SUBS], k=7)
-    via_policy = run_episode(policy, ClusterSchedulingEnv(BIG), SEED)
-    assert via_policy.as_dict() | {"policy": ""} == alone.as_dict() | {"policy": ""}
+    for _ in range(2):  # run_episode resets the policy: the same episode again
+        via_policy = run_episode(policy, ClusterSchedulingEnv(BIG), SEED)
+        assert via_policy.as_dict() | {"policy": ""} == alone.as_dict() | {"policy": ""}
     assert {d for _, d in policy.decisions} == {i} and policy.decided_by == SUBS[i]
     assert [t for t, _ in policy.decisions] == list(range(0, 120, 7))
 
