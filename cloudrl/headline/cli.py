@@ -45,6 +45,32 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_headline(args: argparse.Namespace) -> int:
+    from cloudrl.headline.config import HeadlineConfig, tiny
+    from cloudrl.headline.pipeline import run_headline
+    from cloudrl.headline.report import format_table
+
+    overrides: dict[str, Any] = {}
+    for key in ("out_dir", "tracking_uri", "name"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    cfg = load_config(HeadlineConfig, args.config, overrides)
+    if args.tiny:
+        cfg = tiny(cfg)
+    out = run_headline(cfg, reuse=args.reuse)
+    for wl, rows in out["rows"].items():
+        print(f"\n{out['results'][wl]['title']}\n{format_table(rows)}")
+    goal = out["goal"]
+    print(f"\ngoal met: {'yes' if goal['met'] else 'no'} (Pareto-dominates the tuned "
+          f"heuristic: {goal['pareto_dominates']}; gap closed: "
+          f"{ {k: round(v, 3) for k, v in goal['gap_closed'].items()} }, needs "
+          f">= {goal['gap_goal']:.0%} on one workload)")
+    for path in out["paths"]:
+        print(f"wrote {path}")
+    print(f"MLflow run {out['run_id']} (experiment {cfg.experiment!r})")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``tune-heuristic`` and ``headline`` to the ``cloudrl`` subparsers."""
     tune = sub.add_parser("tune-heuristic", help="tune power_aware's knobs with a Ray Tune "
@@ -64,3 +90,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--out", help="JSON of the best parameters (default results/headline/"
                                     "tune_<workload>_n<N>_<interface>/tuned_power_aware.json)")
     tune.set_defaults(func=_cmd_tune)
+
+    head = sub.add_parser("headline", help="the headline result: tune the heuristic, train, "
+                                           "select on validation seeds, test vs the bound")
+    head.add_argument("--config", metavar="YAML", help="HeadlineConfig file, e.g. "
+                                                       "experiments/headline.yaml")
+    head.add_argument("--reuse", action="store_true",
+                      help="reuse the tuned heuristic JSON of an earlier run if present")
+    head.add_argument("--tiny", action="store_true",
+                      help="smoke size: N=5, 100-tick episodes, 2 seeds, 1,500 env steps")
+    head.add_argument("--out-dir", help="results root (default results/headline)")
+    head.add_argument("--name", help="run name (default from the config: headline)")
+    head.add_argument("--tracking-uri", help="MLflow tracking URI (default "
+                                             "$MLFLOW_TRACKING_URI, else sqlite:///$PWD/mlflow.db)")
+    head.set_defaults(func=_cmd_headline)

@@ -240,9 +240,9 @@ def tune_heuristic(cfg: TuneHeuristicConfig, out: str | Path | None = None) -> T
             trainable, param_space=search_space(cfg.interface),
             tune_config=tune.TuneConfig(
                 num_samples=cfg.num_samples, metric="reward_mean", mode="max",
-                max_concurrent_trials=cfg.max_concurrent_trials,
                 search_alg=BasicVariantGenerator(points_to_evaluate=[default],
-                                                 random_state=cfg.search_seed)),
+                                                 random_state=cfg.search_seed,
+                                                 max_concurrent=cfg.max_concurrent_trials)),
             run_config=tune.RunConfig(
                 name=name, storage_path=str(Path(cfg.storage_path).resolve()),
                 verbose=cfg.verbose,
