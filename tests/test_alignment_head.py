@@ -263,6 +263,40 @@ def test_paired_differences_and_the_goal_verdict_by_hand() -> None:
     assert verdict["overload"] is False and verdict["met"] is False  # upper bound 0: not fewer
 
 
+def test_matched_pairs_compare_two_policies_on_the_same_workload_and_start(
+        tmp_path: Path) -> None:
+    from cloudrl.alignment.preferences import read_pairs
+    from cloudrl.alignment.teacher import Teacher, load_episode_data
+    from experiments.bench_alignment_head import (
+        make_matched_pairs,
+        record_demos,
+        teacher_config,
+    )
+
+    record_demos(tmp_path / "demos", ENV_CONFIG, ["power_aware", "round_robin", "ffd"], 2,
+                 same_seeds=True)
+    episodes = load_episode_data(tmp_path / "demos")
+    assert sorted(e.episode_seed for e in episodes) == [0, 0, 0, 1, 1, 1]
+    cfg = teacher_config("energy", 5, T, 0.2)
+    made = make_matched_pairs(episodes, 40, T, 0, tmp_path / "pairs", cfg)
+    assert sum(made["labels"].values()) == 40
+    pairs = read_pairs(tmp_path / "pairs")
+    meta = pairs.meta
+    assert len(pairs) == 40 and len(set(meta["pair_id"])) == 40
+    np.testing.assert_array_equal(meta["a_episode_seed"], meta["b_episode_seed"])
+    np.testing.assert_array_equal(meta["a_start"], meta["b_start"])
+    assert all(a != b for a, b in zip(meta["a_policy"], meta["b_policy"], strict=True))
+    teacher = Teacher(cfg)
+    for i in range(len(pairs)):  # no label noise: each label is the teacher's ranking
+        stats = [{k: float(meta[f"{s}_{k}"][i]) for k in ("sla_violations", "overload",
+                                                          "slowdown_spread", "energy_kwh")}
+                 for s in ("a", "b")]
+        assert pairs.label[i] == teacher.compare(*stats)[0]
+    with pytest.raises(ValueError, match="matched pairs"):  # one policy: nothing to match
+        make_matched_pairs([e for e in episodes if e.policy == "ffd"], 1, T, 0,
+                           tmp_path / "none", cfg)
+
+
 # -- learners ---------------------------------------------------------------------------------
 
 
