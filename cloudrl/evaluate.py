@@ -18,13 +18,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm import tqdm
 
+from cloudrl.headline.params import TUNED_SUFFIX
 from cloudrl.metrics import METRIC_LABELS, METRICS, EpisodeMetrics, episode_metrics, summarize
 from cloudrl.policy import Interface, Policy
 from cloudrl.protocol import N_SEEDS, Split, seeds_for
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.env_config import EnvConfig
-
-TUNED_SUFFIX = "_tuned"  # the row of a heuristic run with tuned parameters
 
 
 class EvalConfig(BaseModel):
@@ -68,7 +67,7 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _tuned_rows_have_params(self) -> EvalConfig:
-        from cloudrl.headline.tuning import tuned_heuristic
+        from cloudrl.headline.params import tuned_heuristic
 
         for base, params in self.heuristic_params.items():
             try:
@@ -104,7 +103,7 @@ def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = 
         return policy
     base = name.removesuffix(TUNED_SUFFIX)
     if name.endswith(TUNED_SUFFIX) and base in (heuristic_params or {}):
-        from cloudrl.headline.tuning import tuned_heuristic
+        from cloudrl.headline.params import tuned_heuristic
 
         return tuned_heuristic(base, heuristic_params[base], interface)
     return make_heuristic(name, interface)

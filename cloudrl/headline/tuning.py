@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,8 +24,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cloudrl.config_loader import ConfigError
-from cloudrl.evaluate import TUNED_SUFFIX
-from cloudrl.heuristics.power_aware import PowerAwareConfig, PowerAwareConsolidation
+from cloudrl.headline.params import TUNED_SUFFIX, power_aware_config, tuned_heuristic
+from cloudrl.heuristics.power_aware import PowerAwareConfig
 from cloudrl.policy import Interface
 from cloudrl.protocol import N_SEEDS, train_seeds
 from envs.env_config import EnvConfig
@@ -34,28 +34,6 @@ TUNED_FILE = "tuned_power_aware.json"
 JOB_ORDERS = ("viable", "slack", "fifo", "size")
 SCORE_KEYS = ("reward_mean", "reward_ci95", "energy_kwh_mean", "sla_violation_rate_mean",
               "toggles_mean")
-
-
-def power_aware_config(params: dict[str, Any]) -> PowerAwareConfig:
-    """``PowerAwareConfig(**params)``; a ValueError names an unknown or bad parameter."""
-    known = {f.name for f in fields(PowerAwareConfig)}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"unknown power_aware parameter {unknown[0]!r}; expected some of "
-                         f"{sorted(known)}")
-    try:
-        return PowerAwareConfig(**params)
-    except (TypeError, ValueError) as e:
-        raise ValueError(str(e)) from None
-
-
-def tuned_heuristic(base: str, params: dict[str, Any], interface: Interface):
-    """The heuristic ``base`` with ``params``, named ``<base>_tuned`` (its table row)."""
-    if base != "power_aware":
-        raise ValueError(f"only power_aware has tunable parameters, got {base!r}")
-    policy = PowerAwareConsolidation(interface, config=power_aware_config(params))
-    policy.name = base + TUNED_SUFFIX
-    return policy
 
 
 class TunedHeuristic(BaseModel):
