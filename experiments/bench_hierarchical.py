@@ -5,6 +5,7 @@ For each workload: train the supervisor with ``cloudrl.training.train`` (``--alg
 hierarchical``: PPO on the supervisor of ``envs.hierarchical_env``, train seeds 0..49),
 then run every policy on the same test seeds (1,000,000 + i) and print the comparison
 table (mean ± 95% CI). Policies: ``ppo_supervisor`` (the checkpoint, greedy),
+``reinforce_supervisor`` (the REINFORCE gate, one episode per train seed, greedy),
 ``rule_supervisor`` (thresholds on load: the SLA specialist when mean tier load > 0.5,
 queue fill > 5% or recent violation rate > 2%), each sub-agent alone, and the other
 heuristics. Everything goes to one MLflow run (experiment ``cloudrl-hierarchical``):
@@ -68,6 +69,7 @@ def main() -> int:
     import ray
 
     from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
+    from cloudrl.algorithms.hierarchical.reinforce import train_reinforce_gate
     from cloudrl.algorithms.hierarchical.report import decision_shares, log_decision_shares
     from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
     from cloudrl.algorithms.hierarchical.supervisors import RuleSupervisor
@@ -121,7 +123,17 @@ def main() -> int:
             rule = HierarchicalPolicy(RuleSupervisor(power=0, sla=1),
                                       [make_sub_agent(s, "flat") for s in SUB_AGENTS],
                                       args.k, sub_agent_names=SUB_LABELS)
-            policies = {"ppo_supervisor": learned, "rule_supervisor": rule}
+            start = time.perf_counter()
+            gate, _ = train_reinforce_gate(env_cfg, [make_sub_agent(s, "flat") for s in
+                                                     SUB_AGENTS], args.k,
+                                           seeds_for("train", args.seeds))
+            print(f"[{wl}] REINFORCE gate: {args.seeds} train episodes in "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            reinforce = HierarchicalPolicy(gate, [make_sub_agent(s, "flat") for s in
+                                                  SUB_AGENTS], args.k,
+                                           sub_agent_names=SUB_LABELS)
+            policies = {"ppo_supervisor": learned, "reinforce_supervisor": reinforce,
+                        "rule_supervisor": rule}
             policies |= {label: make_sub_agent(s, "flat")
                          for label, s in zip(SUB_LABELS, SUB_AGENTS, strict=True)}
             policies |= {h: make_heuristic(h) for h in OTHER_HEURISTICS}
