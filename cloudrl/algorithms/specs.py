@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from cloudrl.algorithms.apex_bdq.hparams import ApexBDQHparams
 from cloudrl.algorithms.appo import APPOHparams
 from cloudrl.algorithms.bdq.hparams import BDQHparams
+from cloudrl.algorithms.cql_lag.hparams import CQLLagHparams
 from cloudrl.algorithms.dqn import DQNHparams
 from cloudrl.algorithms.gated.hparams import GatedHparams
 from cloudrl.algorithms.hierarchical.hparams import HierarchicalHparams, hierarchy_hook
@@ -105,6 +106,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
     AlgorithmSpec("gated_dqn", "cloudrl.algorithms.gated.config:GatedDQNConfig",
                   "models.masked_dqn:MaskedDQNTorchRLModule", "branching", "sync", GatedHparams,
                   configure=_configure_gated),
+    # offline: learns from a recorded dataset (`cloudrl offline train`), acts greedily
+    AlgorithmSpec("cql_lag", "cloudrl.algorithms.cql_lag.cql_lag:CQLLagConfig",
+                  "models.cql_lag:CQLLagTorchRLModule", "flat", "sync", CQLLagHparams),
 )}
 ALGOS: tuple[str, ...] = tuple(ALGORITHMS)
 Algo = Literal[ALGOS]  # type: ignore[valid-type]
