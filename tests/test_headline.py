@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloudrl.cli import main
+from cloudrl.config_loader import load_config
 from cloudrl.headline.config import HeadlineConfig, resolved_hparams, tiny
 from cloudrl.headline.report import (
     BOUND,
@@ -28,8 +29,6 @@ YAML = Path(__file__).resolve().parents[1] / "experiments" / "headline.yaml"
 
 
 def test_shipped_config_is_valid_and_runs_the_issue_protocol():
-    from cloudrl.config_loader import load_config
-
     cfg = load_config(HeadlineConfig, YAML)
     assert cfg.workloads == ["poisson", "google_v2_like"]
     assert (cfg.n_servers, cfg.interface, cfg.test_seeds) == (50, "branching", 50)
@@ -53,7 +52,7 @@ def test_tuned_marker_becomes_the_tuned_parameters():
     ("train: {hparams: {lrr: 0.1}}", "train.hparams"),
     ("tune: {num_samples: 0}", "tune.num_samples"),
     ("workloads: [trace]", "workloads.0"),
-    ("interface: flat", "train.algo: bdq acts on the branching interface"),
+    ("interface: flat", "acts on the branching interface, interface is flat"),
     ("baselines: [sjf, best]", "unknown heuristic 'best'"),
     ("n_server: 5", "n_server"),
 ])
@@ -130,12 +129,13 @@ def test_headline_runs_end_to_end_at_tiny_size(ray_session, tmp_path, capsys):
     with (run_dir / "table.csv").open() as f:
         policies = [r["policy"] for r in csv.DictReader(f)]
     assert policies[:3] == ["round_robin", "power_aware", "power_aware_tuned"]
-    assert policies[3].startswith("bdq:") and policies[4] == "lower_bound"
+    algo = load_config(HeadlineConfig, cfg_file).train.algo
+    assert policies[3].startswith(f"{algo}:") and policies[4] == "lower_bound"
     summary = json.loads((run_dir / "headline.json").read_text())
     sel = summary["workloads"]["poisson"]["selection"]
     assert [s["candidate"] for s in sel["scores"]] == ["iter_00001", "final"]
     assert sel["selected"]["candidate"] in ("iter_00001", "final")
-    assert policies[3] == f"bdq:{sel['selected']['candidate']}"
+    assert policies[3] == f"{algo}:{sel['selected']['candidate']}"
     episodes = json.loads((run_dir / "poisson" / "episodes.json").read_text())
     assert [e["seed"] for e in episodes["episodes"]["power_aware_tuned"]] == [1_000_000,
                                                                               1_000_001]
