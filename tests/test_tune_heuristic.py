@@ -126,3 +126,18 @@ def test_tune_heuristic_sweeps_on_train_seeds_and_logs_to_mlflow(ray_session, tm
                for r in children)
     best = max(r.data.metrics["train/reward_mean"] for r in children)
     assert best == pytest.approx(tuned.train["reward_mean"])
+
+
+def test_tune_output_path_is_where_headline_reuse_looks():
+    from cloudrl.headline.tuning import matches, tuned_path
+
+    cfg = TuneHeuristicConfig(env=EnvConfig.model_validate({"n_servers": 50}))
+    assert cfg.default_out() == tuned_path("results/headline", "poisson", 50, "branching", 1000)
+    assert str(cfg.default_out()) == \
+        "results/headline/tune_poisson_n50_branching/tuned_power_aware.json"
+    assert tuned_path("r", "poisson", 5, "flat", 100).parent.name == "tune_poisson_n5_flat_l100"
+    tuned = TunedHeuristic(params={}, workload="poisson", n_servers=50, episode_length=1000,
+                           interface="branching")
+    assert matches(tuned, cfg.env, "branching")
+    assert not matches(tuned, cfg.env, "flat")
+    assert not matches(tuned, EnvConfig.model_validate({"n_servers": 5}), "branching")

@@ -39,7 +39,9 @@ from cloudrl.headline.tuning import (
     TunedHeuristic,
     TuneHeuristicConfig,
     load_tuned,
+    matches,
     tune_heuristic,
+    tuned_path,
 )
 from cloudrl.lower_bound import episode_bounds
 from cloudrl.metrics import EpisodeMetrics, summarize
@@ -70,10 +72,9 @@ def _evaluate(cfg: HeadlineConfig, env: EnvConfig, policies: list[str], split: s
 
 def _tuned(cfg: HeadlineConfig, env: EnvConfig, wl: str, run_dir: Path, reuse: bool,
            parent: str, log: Log) -> TunedHeuristic:
-    path = Path(cfg.out_dir) / f"tuned_{wl}_n{cfg.n_servers}_{cfg.interface}" \
-        f"_l{cfg.episode_length}" / TUNED_FILE
-    if reuse and path.is_file():
-        tuned = load_tuned(path)
+    path = tuned_path(cfg.out_dir, wl, cfg.n_servers, cfg.interface, cfg.episode_length)
+    tuned = load_tuned(path) if reuse and path.is_file() else None
+    if tuned is not None and matches(tuned, env, cfg.interface):
         log(f"[{wl}] reusing tuned heuristic {path}")
     else:
         log(f"[{wl}] tuning power_aware: {cfg.tune.num_samples} trials x "

@@ -147,10 +147,24 @@ class TuneHeuristicConfig(BaseModel):
     storage_path: str = "results/tune"
     verbose: int = Field(default=0, ge=0, le=3)
 
-    def default_out(self) -> Path:
-        return (Path("results/headline") /
-                f"tune_{self.env.workload.kind}_n{self.env.sim.fleet.n_servers}_{self.interface}"
-                / TUNED_FILE)
+    def default_out(self, root: str | Path = "results/headline") -> Path:
+        return tuned_path(root, self.env.workload.kind, self.env.sim.fleet.n_servers,
+                          self.interface, self.env.sim.episode_length)
+
+
+def tuned_path(root: str | Path, workload: str, n_servers: int, interface: str,
+               episode_length: int) -> Path:
+    """``<root>/tune_<workload>_n<N>_<interface>[_l<ticks>]/tuned_power_aware.json`` (the
+    episode length only when not the default 1,000): where ``cloudrl tune-heuristic`` writes
+    and ``cloudrl headline --reuse`` looks."""
+    length = "" if episode_length == 1000 else f"_l{episode_length}"
+    return Path(root) / f"tune_{workload}_n{n_servers}_{interface}{length}" / TUNED_FILE
+
+
+def matches(tuned: TunedHeuristic, env: EnvConfig, interface: str) -> bool:
+    """Was ``tuned`` tuned for this workload, fleet size, episode length and interface?"""
+    return (tuned.workload, tuned.n_servers, tuned.episode_length, tuned.interface) == (
+        env.workload.kind, env.sim.fleet.n_servers, env.sim.episode_length, interface)
 
 
 class _MlflowTrials:
