@@ -18,8 +18,38 @@ Run (about 25 min of CPU at the defaults)::
     .venv/bin/python experiments/bench_hierarchical.py [--n-servers 50] [--seeds 50] \\
         [--env-steps 20000] [--k 10] [--quick]
 
-Results (measured 2026-11-23 on the shared 2-core machine, load average ~30):
-see the table printed by the run; filled in below.
+Results (measured 2026-11-23 on the shared 2-core machine, load average 20-60 from
+other jobs; N=50, k=10, flat interface, 50 test seeds, 1,000 ticks; sub-agents
+power_aware, pa_headroom = power_aware:spare_floor=6,lead_ticks=10,spare_frac=0.1, sjf).
+Reward mean ± 95% CI:
+
+| policy               | google_v2_like      | poisson          |
+|----------------------|---------------------|------------------|
+| ppo_supervisor       | -5936.6 ± 1118.4    | -2268.5 ± 37.6   |
+| reinforce_supervisor | -6095.9 ± 1138.7 *  | -2551.0 ± 35.3   |
+| rule_supervisor      | -4641.2 ± 928.8     | -2278.4 ± 37.9   |
+| power_aware          | -4642.1 ± 938.1     | -2268.5 ± 37.6   |
+| pa_headroom          | -4743.2 ± 908.0     | -2551.0 ± 35.3   |
+| sjf                  | -6095.9 ± 1138.7    | -2957.8 ± 18.4   |
+| round_robin          | -7049.5 ± 1334.3    | -2833.8 ± 22.1   |
+| ffd                  | -6644.3 ± 1118.5    | -3104.1 ± 40.0   |
+
+The issue's goal is NOT met. The PPO supervisor (15,000 supervisor decisions on
+google_v2_like, 871 s of training; 10,000 on poisson, 346 s) did not beat its
+sub-agents: on poisson it picks power_aware at every decision (its row equals
+power_aware's), on google_v2_like it collapsed onto sjf (97.2% of 1,000 decisions on
+10 test seeds, the rest pa_headroom; sjf in every hour of the day:
+``decision_share.png``), 28% worse than power_aware. The REINFORCE gate (one episode
+per train seed, lr 0.05) ties pa_headroom on poisson (its row equals pa_headroom's).
+The rule-based supervisor is within noise of power_aware (google -4641 vs -4642,
+poisson -2278 vs -2268). Likely causes, not verified: the sub-agents differ by slow
+effects (servers put to sleep or woken now pay off tens of ticks later, after control
+has moved on), so per-decision credit is weak at 10-15k decisions; and the sub-agents
+other than power_aware are dominated on both workloads, so switching has little to
+gain. * The google_v2_like run predates the REINFORCE row; that row was measured
+separately with the same functions (``train_reinforce_gate`` on train seeds 0..49, 35 s;
+``run_policies`` on the 50 test seeds) and equals sjf's row: the gate locked onto sjf.
+The REINFORCE gate as the source describes it is therefore no better here either.
 """
 
 from __future__ import annotations
