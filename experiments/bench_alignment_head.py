@@ -81,11 +81,17 @@ Bounding overload at 20% of the server-steps makes energy decide instead, and th
 sleeps too much: 9 kWh less, but 7x the SLA violations and more overload. Random pairs
 mostly compare two workloads (a busy segment against a quiet one), not two behaviours;
 matched pairs (same seed, same start, two policies) label behaviour, and with them the head
-gives less energy (-3.4 kWh, both seeds), less overload (both seeds) and a better return.
-Goal, as measured: NOT fully met. Energy and overload: met on both run seeds. SLA
-violations: fewer in the pooled paired CI, but that rests on run seed 1 (bdq 45.4 -> 1.8);
-on run seed 0 the head has more (0.1 -> 6.9). Slowdown spread: no difference. Two run seeds
-at 10k steps; the spread of plain BDQ between run seeds is as large as the effects.
+gives, on run seeds 0 and 1, less energy (-3.4 kWh), less overload and a better return.
+A third run seed (``--run-seeds 2 --arms bdq head_matched``): energy 43.5 -> 42.3, but
+overload 1627 -> 1740, violations 0.7 -> 4.7, spread 0.06 -> 0.26. Over 3 run seeds, paired
+head_matched - bdq (30 pairs): return +760 +- 515, SLA violations -10.9 +- 9.1, overload
+-124 +- 88, spread +0.06 +- 0.10, energy -2.7 +- 0.7 kWh.
+Goal, as measured: NOT met. Less energy with matched pairs holds on all 3 run seeds; fewer
+overload on 2 of 3, fewer SLA violations on 1 of 3 (the pooled mean rests on one BDQ seed
+with 45 violations per episode), no fewer slowdown spread. The spread of plain BDQ between
+run seeds is as large as the effects at 10k steps; what is left: more run seeds or a longer
+budget, and labels that rank safety ahead of energy without overload deciding everything
+(e.g. matched pairs with an overload tolerance instead of a bound).
 """
 
 from __future__ import annotations
