@@ -194,7 +194,7 @@ def test_help_lists_algorithms_and_every_demo_option_is_described() -> None:
     options = [a for a in demo._actions if a.option_strings and a.dest != "help"]  # noqa: SLF001
     assert len(options) == 6 and all(a.help for a in options)
     text = _help(demo)
-    assert "(default: 32000)" in text and "(default: cloudrl-demo)" in text
+    assert "(default: 9600)" in text and "(default: cloudrl-demo)" in text
 
 
 def test_out_defaults_are_shown() -> None:
@@ -269,9 +269,10 @@ def test_compare_and_demo_write_to_their_experiment_dir(monkeypatch: pytest.Monk
     assert calls == [("mine", str(Path("results/compare/mine"))),
                      ("cloudrl-demo", str(Path("results/compare/cloudrl-demo")))]
     assert f"wrote {Path('results/compare/cloudrl-demo/pareto.png')}" in out
-    # the budget is whole episodes: 30k -> 32k = 4 x 1,000 ticks on each of the 8 envs
-    assert sweeps[0]["env_steps"] == 32_000
-    assert "--env-steps 30000 rounded up to 32000" in out
+    # the budget is whole episodes: 30k -> 30.4k = 19 x 200 decisions (of 5 ticks) on each
+    # of the 8 envs
+    assert sweeps[0]["env_steps"] == 30_400
+    assert "--env-steps 30000 rounded up to 30400" in out
     assert run(["demo", "--env-steps", "16000"], capsys)[0] == 0
     assert sweeps[1]["env_steps"] == 16_000
 
