@@ -16,11 +16,15 @@ _SUMMED = ("energy_kwh", "violations", "finished", "dropped", "toggles", "invali
 
 
 def episode_totals(chunks: list[Any]) -> dict[str, float]:
-    """Totals of the summed info keys over episode chunks (SingleAgentEpisode-like)."""
+    """Totals of the summed info keys over episode chunks (SingleAgentEpisode-like).
+
+    A chunk's first info is never its own step: in the first chunk it is the reset info,
+    in a successor (``episode.cut()``) it repeats the predecessor's last step info, which
+    would otherwise be counted once per chunk boundary."""
     totals = dict.fromkeys(_SUMMED, 0.0)
     for chunk in chunks:
-        for info in chunk.get_infos():
-            if not info or "energy_kwh" not in info:  # the reset info has no step terms
+        for info in chunk.get_infos()[1:]:
+            if not info or "energy_kwh" not in info:  # an agent's step without env terms
                 continue
             for key in _SUMMED:
                 totals[key] += float(info[key])
