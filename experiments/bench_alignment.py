@@ -17,16 +17,18 @@ Run (about 20 min on a loaded 2-core machine at the defaults)::
     # -> results/bench_alignment/results.json and table.md
 
 Results to expect (measured on the shared 2-core machine at the defaults: N=10, 200-tick
-episodes, 16k PPO env steps each, 20 test seeds; ~15 min), true episode reward mean +- 95% CI:
+episodes, 16k PPO env steps each, 20 test seeds; ~16 min, niced next to other jobs), with the
+transition reward r(s, s') of phase 2, true episode reward mean +- 95% CI:
 
-    PPO, learned reward, 300 labels    -1482.5 +- 202.2   (reward model held-out acc. 0.70)
-    PPO, learned reward, 1,000 labels  -1629.9 +- 199.3   (reward model held-out acc. 0.83)
+    PPO, learned reward, 300 labels    -1666.6 +- 215.9   (reward model held-out acc. 0.850)
+    PPO, learned reward, 1,000 labels  -1654.8 +- 243.2   (reward model held-out acc. 0.945)
     PPO, true reward                   -1613.2 +- 228.2
     power_aware heuristic               -532.9 +-  35.4
 
 Both learned-reward policies land inside the true-reward policy's 95% CI (the issue's goal),
 but at this budget every PPO policy is ~3x worse than power_aware, so that is weak evidence;
-offline labels only here (no re-query, anchor or BC start).
+offline labels only here (no re-query, anchor or BC start). (With the earlier per-state
+reward r(s): 300 labels -1482.5 +- 202.2, 1,000 labels -1629.9 +- 199.3.)
 """
 
 from __future__ import annotations
