@@ -48,6 +48,14 @@ agent had not yet learned its cost. What the table does show: CQL on the cost he
 source's formulation) doubled the violations of the same learner at the same budget
 (31.2 vs 15.2); cql_lag and BC tie on reward; the best behaviour, power_aware, beats all
 learners here.
+
+A second run when the machine went idle (``--iterations 200 --batch 1024``: 800 updates,
+cql_lag 235 s, cql_lag_half 104 s; stopped before the other arms at the session's end)
+shows the failure to fix next: Q_c of the data actions reached only 0.11 (target nets
+copied every 200 updates = 4 Bellman backups), the cost estimate (0.0013) stayed under the
+threshold (0.037) and λ fell to its floor 1e-3. Next: soft target updates (tau < 1) or a
+lower γ so the cost critic converges within the run, and no λ updates before it has
+(a warm-up), before re-measuring at N=50 on both workloads.
 """
 
 from __future__ import annotations
