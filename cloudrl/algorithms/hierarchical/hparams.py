@@ -9,6 +9,7 @@ supervisor decisions (100 per 1,000-tick episode at ``k=10``). Ray-free.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +33,7 @@ class HierarchicalHparams(PPOHparams):
     @field_validator("sub_agents")
     @classmethod
     def _known(cls, specs: list[str]) -> list[str]:
-        from cloudrl.heuristics import HEURISTICS, make_heuristic
-
-        out = []
-        for spec in specs:
-            parsed = heuristic_spec(spec)
-            if parsed is not None:
-                try:
-                    make_heuristic(parsed[0], "flat", **parsed[1])
-                except TypeError as e:
-                    raise ValueError(f"sub-agent {spec!r}: {e}") from None
-                out.append(spec)
-            elif (Path(spec) / META_FILE).is_file():
-                out.append(str(Path(spec).resolve()))
-            else:
-                raise ValueError(f"sub-agent {spec!r} is neither a heuristic "
-                                 f"({', '.join(sorted(HEURISTICS))}) nor a cloudrl checkpoint")
-        return out
+        return [check_spec(spec) for spec in specs]
 
     @model_validator(mode="after")
     def _no_alignment(self) -> HierarchicalHparams:
@@ -56,6 +41,29 @@ class HierarchicalHparams(PPOHparams):
             raise ValueError("the alignment head is not available for the hierarchical "
                              "supervisor (alignment_* settings)")
         return self
+
+
+def check_spec(spec: str, is_checkpoint: Callable[[str], bool] | None = None) -> str:
+    """``spec`` if it names a heuristic (its settings valid), the resolved path if it is a
+    checkpoint directory (``is_checkpoint``; default: it holds the cloudrl meta file),
+    else a ValueError naming it."""
+    from cloudrl.heuristics import HEURISTICS, make_heuristic
+
+    parsed = heuristic_spec(spec)
+    if parsed is not None:
+        try:
+            make_heuristic(parsed[0], "flat", **parsed[1])
+        except TypeError as e:
+            raise ValueError(f"sub-agent {spec!r}: {e}") from None
+        return spec
+    if (is_checkpoint or _has_meta)(spec):
+        return str(Path(spec).resolve())
+    raise ValueError(f"sub-agent {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))})"
+                     " nor a cloudrl checkpoint directory")
+
+
+def _has_meta(spec: str) -> bool:
+    return (Path(spec) / META_FILE).is_file()
 
 
 def heuristic_spec(spec: str) -> tuple[str, dict[str, float]] | None:

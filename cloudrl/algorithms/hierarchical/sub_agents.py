@@ -10,9 +10,9 @@ violation weight), run greedily with its mask applied again after the module.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from cloudrl.algorithms.hierarchical.hparams import check_spec as check_heuristic_or_path
 from cloudrl.algorithms.hierarchical.hparams import heuristic_spec
 from cloudrl.policy import Interface
 
@@ -20,19 +20,8 @@ from cloudrl.policy import Interface
 def check_spec(spec: str) -> str:
     """``spec`` if it names a heuristic or a checkpoint directory, else a ValueError."""
     from cloudrl.checkpoint_policy import is_checkpoint
-    from cloudrl.heuristics import HEURISTICS, make_heuristic
 
-    parsed = heuristic_spec(spec)
-    if parsed is not None:
-        try:
-            make_heuristic(parsed[0], "flat", **parsed[1])
-        except TypeError as e:
-            raise ValueError(f"sub-agent {spec!r}: {e}") from None
-        return spec
-    if is_checkpoint(spec):
-        return str(Path(spec).resolve())
-    raise ValueError(f"sub-agent {spec!r} is neither a heuristic ({', '.join(sorted(HEURISTICS))})"
-                     " nor a cloudrl checkpoint directory")
+    return check_heuristic_or_path(spec, is_checkpoint)
 
 
 def make_sub_agent(spec: str, interface: Interface) -> Any:
