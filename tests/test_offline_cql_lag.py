@@ -87,6 +87,49 @@ def test_lagrange_rises_above_the_threshold_and_falls_below(mode):
     assert down[-1] < top
 
 
+@pytest.mark.parametrize("mode", ["dual", "pid"])
+def test_lagrange_is_frozen_during_the_warmup_then_moves(mode):
+    ctl = LagrangeController(mode=mode, init=0.5, lr=0.1, kp=0.1, ki=0.05, warmup=30)
+    frozen = [ctl.update(0.0, 0.1) for _ in range(30)]  # an unconverged critic: Q_c = 0
+    assert frozen == [0.5] * 30
+    assert ctl.update(0.0, 0.1) < 0.5  # the 31st update is the first to move λ
+    hot = LagrangeController(mode=mode, init=0.5, lr=0.1, kp=0.1, ki=0.05, warmup=3)
+    assert [hot.update(0.2, 0.1) for _ in range(3)] == [0.5] * 3
+    assert hot.update(0.2, 0.1) > 0.5
+    with pytest.raises(ValueError, match="warmup"):
+        LagrangeController(warmup=-1)
+
+
+def test_the_default_config_freezes_lambda_for_its_warmup():
+    from cloudrl.algorithms.cql_lag import CQLLagConfig
+
+    cfg = CQLLagConfig()
+    ctl = cfg.lagrange_controller()
+    assert cfg.lagrange_warmup >= 100
+    assert {ctl.update(0.0, 0.1) for _ in range(cfg.lagrange_warmup)} == {cfg.lagrange_init}
+
+
+def test_default_target_update_is_polyak_every_update():
+    from cloudrl.algorithms.cql_lag import CQLLagConfig
+    from cloudrl.algorithms.cql_lag.cql_lag_learner import update_targets
+
+    cfg = CQLLagConfig()
+    torch.manual_seed(0)
+    main, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    old = [p.detach().clone() for p in target.parameters()]
+    assert update_targets([(main, target)], 1, cfg.target_network_update_freq, cfg.tau)
+    assert 0 < cfg.tau < 1
+    for p_main, p_old, p_new in zip(main.parameters(), old, target.parameters(), strict=True):
+        expected = cfg.tau * p_main.detach() + (1 - cfg.tau) * p_old
+        assert torch.allclose(p_new, expected, atol=1e-6)
+        assert not torch.allclose(p_new, p_main)  # averaged, not copied
+    # tau = 1 is a hard copy; off-period steps leave the target alone
+    assert not update_targets([(main, target)], 3, 2, 1.0)
+    assert update_targets([(main, target)], 4, 2, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(main.parameters(), target.parameters(),
+                                                 strict=True))
+
+
 def test_dual_ascent_is_bounded_and_its_step_does_not_depend_on_the_cost_scale():
     ctl = LagrangeController(init=1.0, lr=0.1, min_value=0.5, max_value=2.0)
     assert ctl.update(1e6, 1e-3) == pytest.approx(math.exp(0.1))  # relative error clipped at 1

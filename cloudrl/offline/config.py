@@ -46,7 +46,8 @@ class TrainSection(_Strict):
     train_batch_size: int = Field(1024, ge=8, description="transitions per iteration")
     minibatch_size: int = Field(256, ge=8)
     lr: float = Field(3e-4, gt=0)
-    gamma: float = Field(0.99, gt=0, lt=1)
+    gamma: float = Field(0.95, gt=0, lt=1, description="0.95: the cost critic converges "
+                         "in ~1,000 updates (Q_c = c/(1-γ) needs ~1/(τ(1-γ)) of them)")
     cql_alpha: float = Field(1.0, ge=0)
     cql_cost_alpha: float = Field(0.0, ge=0, description="CQL on the cost head (ablation)")
     reward_scale: float = Field(0.01, gt=0)
@@ -54,7 +55,9 @@ class TrainSection(_Strict):
     lagrange_init: float = Field(0.1, gt=0)
     lagrange_lr: float = Field(0.01, gt=0)
     lagrange_max: float = Field(100.0, gt=0)
-    target_network_update_freq: int = Field(200, ge=1)
+    lagrange_warmup: int = Field(500, ge=0, description="updates with λ frozen")
+    tau: float = Field(0.05, gt=0, le=1, description="Polyak rate of the target networks")
+    target_network_update_freq: int = Field(1, ge=1)
     hidden: int = Field(64, ge=4)
     seed: int = 0
     out: str = "results/offline/cql_lag"

@@ -60,7 +60,7 @@ def build_config(cfg: OfflineConfig, budget: float) -> Any:
             cql_alpha=t.cql_alpha, cql_cost_alpha=t.cql_cost_alpha,
             reward_scale=t.reward_scale, lagrange_mode=t.lagrange_mode,
             lagrange_init=t.lagrange_init, lagrange_lr=t.lagrange_lr,
-            lagrange_max=t.lagrange_max,
+            lagrange_max=t.lagrange_max, lagrange_warmup=t.lagrange_warmup, tau=t.tau,
             target_network_update_freq=t.target_network_update_freq)
         config.rl_module(model_config=model)
     else:

@@ -52,7 +52,7 @@ from cloudrl.algorithms.cql_lag.offline_data import LocalEpisodeData
 TRAINING_KEYS = ("cql_alpha", "cql_cost_alpha", "cost_budget", "episode_length",
                  "reward_scale", "cost_scale", "lagrange_mode", "lagrange_init",
                  "lagrange_lr", "lagrange_min", "lagrange_max", "pid_kp", "pid_ki",
-                 "pid_kd", "tau", "target_network_update_freq")
+                 "pid_kd", "lagrange_warmup", "tau", "target_network_update_freq")
 
 
 class CQLLagConfig(AlgorithmConfig):
@@ -64,12 +64,14 @@ class CQLLagConfig(AlgorithmConfig):
     ``cost_scale`` (1.0) of the TD targets, ``lagrange_mode`` ("dual" on log λ | "pid"),
     ``lagrange_init`` (0.1), ``lagrange_lr`` (η of the dual step, 0.01),
     ``lagrange_min``/``lagrange_max`` (1e-3, 100), ``pid_kp``/``pid_ki``/``pid_kd``,
-    ``tau`` (1.0: copy) and ``target_network_update_freq`` (updates, 200).
+    ``lagrange_warmup`` (updates with λ frozen while the cost critic learns, 500),
+    ``tau`` (Polyak rate of the target networks, 0.05; 1.0 = copy) and
+    ``target_network_update_freq`` (updates between target updates, 1).
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or CQLLag)
-        self.gamma = 0.99
+        self.gamma = 0.95  # Q_c converges in ~1/(tau(1-gamma)) updates
         self.lr = 3e-4
         self.train_batch_size_per_learner = 1024
         self.minibatch_size = 256
@@ -87,8 +89,9 @@ class CQLLagConfig(AlgorithmConfig):
         self.pid_kp = 0.1
         self.pid_ki = 0.01
         self.pid_kd = 0.0
-        self.tau = 1.0
-        self.target_network_update_freq = 200
+        self.lagrange_warmup = 500
+        self.tau = 0.05
+        self.target_network_update_freq = 1
         # offline data: whole episodes, one local learner, the pre-learner in the driver
         self.input_read_episodes = True
         self.dataset_num_iters_per_learner = 1
@@ -110,7 +113,7 @@ class CQLLagConfig(AlgorithmConfig):
     def lagrange_controller(self) -> LagrangeController:
         return LagrangeController(self.lagrange_mode, self.lagrange_init, self.lagrange_lr,
                                   self.lagrange_min, self.lagrange_max, self.pid_kp,
-                                  self.pid_ki, self.pid_kd)
+                                  self.pid_ki, self.pid_kd, self.lagrange_warmup)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from models.cql_lag import CQLLagTorchRLModule
@@ -144,6 +147,9 @@ class CQLLagConfig(AlgorithmConfig):
             self._value_error(f"episode_length must be >= 1, got {self.episode_length}")
         if self.target_network_update_freq < 1:
             self._value_error("target_network_update_freq must be >= 1")
+        if self.lagrange_warmup < 0:
+            self._value_error(f"lagrange_warmup must be >= 0 updates, got "
+                              f"{self.lagrange_warmup}")
         if not 0 < self.tau <= 1:
             self._value_error(f"tau must be in (0, 1], got {self.tau}")
         self.lagrange_controller()  # raises on a bad mode or bounds

@@ -3,10 +3,12 @@
 Each update: the losses of :mod:`.losses` on the batch (TD on both heads, CQL on the
 reward head, optionally on the cost head), one optimizer step on their sum, then one
 step of the :class:`~.lagrange.LagrangeController` on the batch's cost estimate against
-the per-step threshold; the new λ is written into the module's ``lagrange`` buffer (the
-policy the checkpoint serves). Target networks are copied (``tau`` = 1) or Polyak-averaged
-every ``target_network_update_freq`` updates. Logged per update: every loss term,
-``lagrange``, ``cost_estimate``, ``cost_threshold``, mean Q of the data actions.
+the per-step threshold (λ frozen for the first ``lagrange_warmup`` updates); the new λ is
+written into the module's ``lagrange`` buffer (the policy the checkpoint serves). Target
+networks are Polyak-averaged, θ' ← τθ + (1-τ)θ' (``tau``, 0.05 by default), every
+``target_network_update_freq`` updates (1 by default; ``tau`` = 1 is a hard copy).
+Logged per update: every loss term, ``lagrange``, ``cost_estimate``, ``cost_threshold``,
+mean Q of the data actions.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from cloudrl.algorithms.cql_lag.connectors import COSTS
 from cloudrl.algorithms.cql_lag.lagrange import LagrangeController
 from cloudrl.algorithms.cql_lag.losses import constrained_q_losses
 from models import cql_lag as M
+
+
+def update_targets(pairs: Any, updates: int, freq: int, tau: float) -> bool:
+    """θ' ← τθ + (1-τ)θ' for each (main, target) pair when ``updates`` is a multiple of
+    ``freq``; returns whether it did."""
+    if updates % freq:
+        return False
+    for main, target in pairs:
+        update_target_network(main_net=main, target_net=target, tau=tau)
+    return True
 
 
 class CQLLagTorchLearner(TorchLearner):
@@ -77,6 +89,5 @@ class CQLLagTorchLearner(TorchLearner):
         self.updates += 1
         for module_id, module in self.module._rl_modules.items():
             cfg = self.config.get_config_for_module(module_id)
-            if self.updates % cfg.target_network_update_freq == 0:
-                for main, target in module.unwrapped().get_target_network_pairs():
-                    update_target_network(main_net=main, target_net=target, tau=cfg.tau)
+            update_targets(module.unwrapped().get_target_network_pairs(), self.updates,
+                           cfg.target_network_update_freq, cfg.tau)

@@ -14,7 +14,7 @@ class CQLLagHparams(Hparams):
     ``cloudrl offline train`` from the dataset unless given."""
 
     lr: float = Field(3e-4, gt=0)
-    gamma: float = Field(0.99, gt=0, lt=1)
+    gamma: float = Field(0.95, gt=0, lt=1)
     cql_alpha: float = Field(1.0, ge=0)
     cql_cost_alpha: float = Field(0.0, ge=0)
     cost_budget: float | None = Field(None, gt=0)
@@ -22,4 +22,6 @@ class CQLLagHparams(Hparams):
     lagrange_mode: Literal["dual", "pid"] = "dual"
     lagrange_init: float = Field(0.1, gt=0)
     lagrange_lr: float = Field(0.01, gt=0)
-    target_network_update_freq: int = Field(200, ge=1)
+    lagrange_warmup: int = Field(500, ge=0)
+    tau: float = Field(0.05, gt=0, le=1)
+    target_network_update_freq: int = Field(1, ge=1)

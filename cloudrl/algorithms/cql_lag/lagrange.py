@@ -8,6 +8,10 @@ whatever the cost scale (the source's unnormalised dual ascent saturated λ):
   estimated cost is above the threshold and falls while it is below;
 * ``pid`` (Stooke et al. 2020, as in OSRL's BCQ-Lag): I ← max(0, I + e),
   λ = clip(K_p·e + K_i·I + K_d·max(0, e - e_prev), 0, λ_max).
+
+Warm-up: the first ``warmup`` updates leave λ at its initial value (and the PID state
+untouched): the cost critic starts at Q_c ≈ 0, so its early estimates sit below any
+threshold and would drive λ to its floor before the critic has learned the data's cost.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class LagrangeController:
     kp: float = 0.1
     ki: float = 0.01
     kd: float = 0.0
+    warmup: int = 0  # updates that leave λ frozen at ``init``
 
     def __post_init__(self) -> None:
         if self.mode not in ("dual", "pid"):
@@ -37,15 +42,21 @@ class LagrangeController:
                              f"{self.min_value}, {self.init}, {self.max_value}")
         self.log_value = math.log(self.init)
         self.integral = self.init / self.ki if self.mode == "pid" and self.ki > 0 else 0.0
+        if self.warmup < 0:
+            raise ValueError(f"lagrange warmup must be >= 0 updates, got {self.warmup}")
         self.prev_error = 0.0
         self.value = self.init
+        self.steps = 0
 
     @staticmethod
     def relative_error(cost_estimate: float, threshold: float) -> float:
         return max(-1.0, min(1.0, (cost_estimate - threshold) / max(threshold, 1e-8)))
 
     def update(self, cost_estimate: float, threshold: float) -> float:
-        """One step; returns the new λ."""
+        """One step; returns the new λ (unchanged during the warm-up)."""
+        self.steps += 1
+        if self.steps <= self.warmup:
+            return self.value
         e = self.relative_error(float(cost_estimate), float(threshold))
         if self.mode == "dual":
             self.log_value = min(math.log(self.max_value),
