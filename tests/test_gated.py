@@ -15,6 +15,7 @@ from cloudrl.algorithms.gated.controller import (
     CONTROLLER_PATH,
     DEFAULT_PRESETS,
     NO_SLEEP,
+    PLACEMENT_PRESETS,
     PresetController,
     make_controller,
     preset_configs,
@@ -95,9 +96,45 @@ def test_presets_shift_the_base_knobs_and_clip_at_zero() -> None:
     assert not (controller.act(obs, 5)[k:-1] == 0).any()
 
 
+def test_placement_presets_set_the_placement_knobs_and_change_the_placement() -> None:
+    base = PowerAwareConfig(**TUNED)  # tier_weight 10, job_order "viable", priority -1
+    configs = preset_configs(base, PLACEMENT_PRESETS)
+    assert configs[0] == base
+    assert configs[1] == replace(base, job_order="size")
+    assert configs[3].tier_weight == 13.0 and configs[4].tier_weight == 0.0  # offset, clipped
+    assert configs[5] == replace(base, tier_weight=20.0, job_order="size", priority_level=0)
+    # the controller acts as the heuristic with that preset's config, tick for tick
+    controller = PresetController(base, PLACEMENT_PRESETS)
+    env = ClusterBranchingEnv({**ENV, "workload": "google_v2_like"})
+    obs, _ = env.reset(seed=1)
+    k = obs["jobs"].shape[0]
+    differs = 0
+    for _ in range(120):
+        for choice in (1, 5):
+            ref = PowerAwareConsolidation("branching", configs[choice])
+            ref._mean_job = list(controller.heuristic._mean_job)
+            assert np.array_equal(ref.act(obs), controller.act(obs, choice))
+        differs += not np.array_equal(controller.act(obs, 0)[:k], controller.act(obs, 1)[:k])
+        obs, _, term, trunc, _ = env.step(controller.act(obs, 0))
+        if term or trunc:
+            break
+    assert differs > 0  # "size" order placed differently from "viable" on some tick
+    from cloudrl.training import TrainConfig
+
+    cfg = TrainConfig(algo="gated_dqn", hparams={"presets": [dict(p) for p in PLACEMENT_PRESETS]})
+    assert cfg.training_kwargs()["presets"][5] == {"tier_weight": 10.0, "job_order": "size",
+                                                   "priority_level": 0}
+
+
 def test_bad_controller_settings_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"presets\[1\]\.tier: not a numeric"):
         make_controller({"presets": [{}, {"tier": 1.0}]})
+    with pytest.raises(ValueError, match=r"presets\[1\]\.job_order: expected one of"):
+        make_controller({"presets": [{}, {"job_order": "largest"}]})
+    with pytest.raises(ValueError, match=r"presets\[2\]\.priority_level: expected an integer"):
+        make_controller({"presets": [{}, {}, {"priority_level": 1.5}]})
+    with pytest.raises(ValueError, match=r"presets\[1\]\.tier_weight: expected a finite"):
+        make_controller({"presets": [{}, {"tier_weight": "high"}]})
     with pytest.raises(ValueError, match=r"heuristic\.spare: not a PowerAwareConfig field"):
         make_controller({"heuristic": {"spare": 1.0}})
     with pytest.raises(ValueError, match="unknown key 'preset'"):

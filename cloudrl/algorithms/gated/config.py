@@ -27,16 +27,17 @@ GATE_KEY = "gate"  # model_config entry: the gated env's controller settings
 
 class GatedDQNConfig(DQNConfig):
     """``DQNConfig`` plus the controller: ``heuristic`` (PowerAwareConfig fields), ``presets``
-    (offsets per choice; preset 0 = the heuristic) and ``decision_every`` (ticks per choice)."""
+    (knob changes per choice; preset 0 = the heuristic) and ``decision_every`` (ticks per
+    choice)."""
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class)
         self.heuristic: dict[str, Any] = {}
-        self.presets: list[dict[str, float]] = [dict(p) for p in DEFAULT_PRESETS]
+        self.presets: list[dict[str, Any]] = [dict(p) for p in DEFAULT_PRESETS]
         self.decision_every = 1
 
     def training(self, *, heuristic: dict[str, Any] | None = NotProvided,
-                 presets: list[dict[str, float]] | None = NotProvided,
+                 presets: list[dict[str, Any]] | None = NotProvided,
                  decision_every: int = NotProvided, **kwargs: Any) -> GatedDQNConfig:
         super().training(**kwargs)
         if heuristic is not NotProvided:

@@ -20,7 +20,7 @@ class GatedHparams(DQNHparams):
     """
 
     heuristic: dict[str, Any] = Field(default_factory=dict)
-    presets: list[dict[str, float]] | None = None
+    presets: list[dict[str, float | int | str]] | None = None
     decision_every: int = Field(default=1, ge=1)
     dueling: bool = True
 
@@ -32,6 +32,6 @@ class GatedHparams(DQNHparams):
 
     @field_validator("presets")
     @classmethod
-    def _numeric_offsets(cls, value: list[dict[str, float]] | None
-                         ) -> list[dict[str, float]] | None:
+    def _preset_changes(cls, value: list[dict[str, float | int | str]] | None
+                        ) -> list[dict[str, float | int | str]] | None:
         return None if value is None else check_presets(value)
