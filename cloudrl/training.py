@@ -24,6 +24,7 @@ from cloudrl.algorithms.specs import Algo, checked_hparams, spec_of
 from cloudrl.checkpoint_policy import META_FILE, is_checkpoint
 from cloudrl.config_loader import ConfigError
 from cloudrl.protocol import TRAIN_SEEDS
+from cloudrl.threads import TorchThreads, thread_callbacks
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
@@ -48,6 +49,9 @@ class TrainConfig(BaseModel):
     envs_per_runner: int = Field(default=8, ge=1, description="vectorized envs per runner")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
+    torch_threads: TorchThreads = Field(
+        default_factory=TorchThreads, description="torch intra-op threads of the learner and "
+        "of each env runner; auto = the CPUs Ray gives them (cloudrl.threads)")
     run_seed: int = Field(default=0, ge=0)
     reward_scale: float = Field(default=0.01, gt=0,
                                 description="rewards are multiplied by this for learning")
@@ -124,7 +128,7 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
         .rl_module(rl_module_spec=RLModuleSpec(module_class=spec.module(), model_config={
             "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]},
             load_state_path=cfg.init_module_state))
-        .callbacks(ClusterMetricsCallback)
+        .callbacks(ClusterMetricsCallback, **thread_callbacks(cfg.torch_threads))
         .debugging(seed=cfg.run_seed)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
