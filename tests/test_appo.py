@@ -111,7 +111,7 @@ def test_algo_config_uses_the_masked_module_and_batch_sized_iterations(
 
 
 def test_train_config_names_the_algorithms_and_flat_metrics_reads_impala_means() -> None:
-    with pytest.raises(ValueError, match="'appo', 'impala' or 'apex_bdq'"):
+    with pytest.raises(ValueError, match="'appo', 'impala', 'apex_bdq'"):
         TrainConfig(algo="a3c")
     impala = {"env_runners": {"num_env_steps_sampled_lifetime": 64},
               "learners": {"default_policy": {"pi_loss": -64.0, "mean_pi_loss": -1.0,

@@ -201,7 +201,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     rec.add_argument("--epsilon", action="append", type=float,
                      help="ε of an ε-random-valid variant (repeatable; 0: as is)")
     rec.add_argument("--episodes", type=int, help="episodes per (policy, ε)")
-    rec.add_argument("--out", help="dataset directory")
+    rec.add_argument("--out", help="dataset directory (default: results/offline/data)")
     rec.set_defaults(func=_cmd_record)
 
     tr = sub.add_parser("train", help="train on a dataset; writes a checkpoint")
@@ -212,7 +212,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     tr.add_argument("--budget-fraction", type=float, help="multiplies the budget")
     tr.add_argument("--iterations", type=int, help="training iterations")
     tr.add_argument("--cql-cost-alpha", type=float, help="CQL on the cost head (ablation)")
-    tr.add_argument("--out", help="checkpoint directory")
+    tr.add_argument("--out", help="checkpoint directory (default: results/offline/cql_lag)")
     tr.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("evaluate", help="checkpoints and heuristics on the test seeds, "
@@ -223,6 +223,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     ev.add_argument("--budget", type=float, help="violations per episode (default: the "
                     "checkpoint's)")
     ev.add_argument("--n-seeds", type=int, help="test seeds")
-    ev.add_argument("--out", help="output path stem (.json)")
+    ev.add_argument("--out", help="output path stem (.json) (default: results/offline/eval)")
     ev.set_defaults(func=_cmd_evaluate)
     return off
