@@ -157,14 +157,8 @@ def pareto_plot(per_workload: dict[str, list[dict[str, Any]]], path: Path) -> Pa
             ax.errorbar(r["energy_kwh_mean"], 100 * r["sla_violation_rate_mean"],
                         xerr=r["energy_kwh_ci95"], yerr=100 * r["sla_violation_rate_ci95"],
                         fmt="o", capsize=3, label=r["policy"])
-        ax.set_xlabel("energy per episode (kWh)")
-        ax.set_ylabel("SLA violation rate (%)")
-        ax.set_title(wl)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        _label(ax, wl, "energy per episode (kWh)", "SLA violation rate (%)")
+    return _save(plt, fig, path)
 
 
 def learning_curves(curves: dict[str, dict[str, Any]], path: Path) -> Path:
@@ -185,10 +179,18 @@ def learning_curves(curves: dict[str, dict[str, Any]], path: Path) -> Path:
         if c.get("tuned_validation_reward") is not None:
             ax.axhline(c["tuned_validation_reward"], color="k", ls=":",
                        label="tuned heuristic, validation")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("episode reward")
-        ax.set_title(wl)
-        ax.legend(fontsize=7)
+        _label(ax, wl, "env steps", "episode reward")
+    return _save(plt, fig, path)
+
+
+def _label(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
