@@ -78,7 +78,10 @@ not in job order or tier preference as the heuristic expresses them. Trained any
 3-10, one snapshot): validation reward -2283.46 vs -2281.75 (heuristic); test (50 seeds)
 121.13 vs 121.18 kWh, -0.05 [-0.21, +0.12] kWh, violations 0.011% vs 0.024%, -0.013 pp
 [-0.033, +0.007], toggles 261.7 vs 264.1, gap closed 0.2%: a tie, as with the headroom
-presets.
+presets. With ``--env-steps 20000 --save-every 5`` (86 s of training at load average ~0;
+validation rewards of the 4 snapshots -2286.9, -2314.2, -2281.0, -2282.2 vs -2281.75;
+it00015 selected): test 121.22 vs 121.18 kWh, +0.04 [-0.27, +0.34] kWh, violations 0.032% vs
+0.024%, +0.008 pp [-0.014, +0.030], gap closed -0.1%: a tie again.
 """
 
 from __future__ import annotations
