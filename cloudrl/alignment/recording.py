@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,9 +216,9 @@ def episode_files(path: str | Path) -> list[Path]:
     return files
 
 
-def read_episodes(path: str | Path) -> list[Any]:
-    """Every episode under ``path`` (a file or a directory, recursively), Ray-free."""
-    episodes = []
+def iter_episodes(path: str | Path) -> Iterator[tuple[Path, int, Any]]:
+    """(file, row, episode) of every episode under ``path`` (a file or a directory,
+    recursively), Ray-free; a malformed file or row is a ValueError naming both."""
     for f in episode_files(path):
         try:
             table = pq.read_table(f, columns=[ITEM_COLUMN])
@@ -227,8 +227,13 @@ def read_episodes(path: str | Path) -> list[Any]:
                              f"'{ITEM_COLUMN}' column): {str(exc).splitlines()[0]}") from exc
         for i, item in enumerate(table.column(ITEM_COLUMN).to_pylist()):
             try:
-                episodes.append(unpack_episode(item))
+                episode = unpack_episode(item)
             except Exception as exc:  # noqa: BLE001 - any decode failure names file and row
                 raise ValueError(f"{f}: row {i}: field {ITEM_COLUMN}: not a packed "
                                  f"SingleAgentEpisode ({type(exc).__name__}: {exc})") from exc
-    return episodes
+            yield Path(f), i, episode
+
+
+def read_episodes(path: str | Path) -> list[Any]:
+    """Every episode under ``path`` (a file or a directory, recursively), Ray-free."""
+    return [episode for _, _, episode in iter_episodes(path)]

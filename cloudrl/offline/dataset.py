@@ -26,16 +26,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cloudrl.alignment.recording import (
-    ITEM_COLUMN,
-    episode_files,
+    iter_episodes,
     make_env,
     make_policy,
     record_episode,
-    unpack_episode,
     write_episodes,
 )
 from cloudrl.policy import Interface, Policy
@@ -209,25 +205,15 @@ def _check_episode(ep: Any, where: str) -> None:
 
 def read_dataset(path: str | Path) -> list[Any]:
     """Every episode under ``path``; a malformed file is a :class:`DatasetError` naming it."""
-    try:
-        files = episode_files(path)
-    except ValueError as exc:
-        raise DatasetError(str(exc)) from None
     episodes = []
-    for f in files:
-        try:
-            table = pq.read_table(f, columns=[ITEM_COLUMN])
-        except (pa.ArrowInvalid, KeyError, OSError) as exc:
-            raise DatasetError(f"{f}: not an episode file (a parquet file with a binary "
-                               f"'{ITEM_COLUMN}' column): {str(exc).splitlines()[0]}") from None
-        for i, item in enumerate(table.column(ITEM_COLUMN).to_pylist()):
-            try:
-                ep = unpack_episode(item)
-            except Exception as exc:  # noqa: BLE001 - any decode failure names the file
-                raise DatasetError(f"{f}: row {i}: not a packed SingleAgentEpisode "
-                                   f"({type(exc).__name__})") from None
+    try:
+        for f, i, ep in iter_episodes(path):
             _check_episode(ep, f"{f}: row {i}")
             episodes.append(ep)
+    except DatasetError:
+        raise
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
     return episodes
 
 
