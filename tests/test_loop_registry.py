@@ -1,0 +1,88 @@
+"""The production loop's model registry: MLflow Model Registry round trip, aliases, resolve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cloudrl.loop import registry
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    """One SQLite registry for the module (creating its tables takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('registry') / 'mlflow.db'}"
+
+
+def _checkpoint(path, marker: str):
+    (path / "sub").mkdir(parents=True)
+    (path / "cloudrl.json").write_text(json.dumps({"marker": marker}))
+    (path / "sub" / "weights.bin").write_bytes(marker.encode() * 100)
+    return path
+
+
+def test_round_trip_with_aliases_eval_table_and_lineage(uri, tmp_path):
+    a = _checkpoint(tmp_path / "a", "first")
+    b = _checkpoint(tmp_path / "b", "second")
+    table = {"validation": {"reward_mean": -2268.5, "n_seeds": 10}, "policy": "ppo"}
+    lineage = {"feedback_ids": [1, 40], "train_seeds": [0, 49], "parent": None}
+    v1 = registry.register_policy(a, eval_table=table, lineage=lineage, tracking_uri=uri,
+                                  aliases=(registry.CHAMPION,))
+    v2 = registry.register_policy(b, eval_table={"validation": {"reward_mean": -2000.0}},
+                                  lineage={"parent": v1}, tracking_uri=uri)
+    assert v2 == v1 + 1
+    registry.set_alias(registry.POLICY_MODEL, registry.CHALLENGER, v2, tracking_uri=uri)
+
+    champ = registry.resolve("models:/cloudrl-policy@champion", tracking_uri=uri)
+    chall = registry.resolve("models:/cloudrl-policy@challenger", tracking_uri=uri)
+    # the registered copies, not the originals, with the same content
+    assert champ != a and json.loads((champ / "cloudrl.json").read_text())["marker"] == "first"
+    assert (chall / "sub" / "weights.bin").read_bytes() == b"second" * 100
+    assert registry.resolve(f"models:/cloudrl-policy/{v2}", tracking_uri=uri) == chall
+    got = registry.get_version(registry.POLICY_MODEL, "champion", tracking_uri=uri)
+    assert (got.version, got.eval_table, got.lineage) == (v1, table, lineage)
+    assert got.aliases == ("champion",)
+
+    # promote: the champion alias moves, the old version keeps its files
+    registry.set_alias(registry.POLICY_MODEL, registry.CHAMPION, v2, tracking_uri=uri)
+    assert registry.resolve("models:/cloudrl-policy@champion", tracking_uri=uri) == chall
+    by_version = {v.version: v.aliases for v in registry.versions(registry.POLICY_MODEL,
+                                                                  tracking_uri=uri)}
+    assert by_version[v1] == () and by_version[v2] == ("challenger", "champion")
+    registry.delete_alias(registry.POLICY_MODEL, registry.CHALLENGER, tracking_uri=uri)
+    assert registry.alias_version(registry.POLICY_MODEL, "challenger", tracking_uri=uri) is None
+    assert registry.alias_version(registry.POLICY_MODEL, "champion", tracking_uri=uri) == v2
+
+
+def test_reward_models_have_their_own_registered_model(uri, tmp_path):
+    rm = _checkpoint(tmp_path / "rm", "reward")
+    v = registry.register_reward_model(rm, eval_table={"pair_accuracy": 0.93},
+                                       lineage={"feedback_ids": [3, 9]}, tracking_uri=uri,
+                                       aliases=("champion",))
+    path = registry.resolve("models:/cloudrl-reward-model@champion", tracking_uri=uri)
+    assert (path / "sub" / "weights.bin").read_bytes() == b"reward" * 100
+    assert registry.get_version(registry.REWARD_MODEL, v, tracking_uri=uri).eval_table == {
+        "pair_accuracy": 0.93}
+    assert registry.versions("no-such-model", tracking_uri=uri) == []
+
+
+def test_plain_paths_pass_through_and_bad_references_name_what_is_wrong(uri, tmp_path):
+    assert registry.resolve(tmp_path / "x") == tmp_path / "x"
+    assert registry.parse_uri("models:/m@champion") == ("m", "champion", None)
+    assert registry.parse_uri("models:/m/12") == ("m", None, 12)
+    for bad in ("models:/m", "models:/m/abc", "models:/@x"):
+        with pytest.raises(registry.RegistryError, match="expected models:/NAME@ALIAS"):
+            registry.resolve(bad, tracking_uri=uri)
+    with pytest.raises(registry.RegistryError, match="no alias 'nobody'"):
+        registry.resolve("models:/cloudrl-policy@nobody", tracking_uri=uri)
+    with pytest.raises(registry.RegistryError, match="no version 999"):
+        registry.resolve("models:/cloudrl-policy/999", tracking_uri=uri)
+    with pytest.raises(registry.RegistryError, match="to version 999"):
+        registry.set_alias(registry.POLICY_MODEL, "champion", 999, tracking_uri=uri)
+    with pytest.raises(registry.RegistryError, match="not a directory"):
+        registry.register_policy(tmp_path / "missing", eval_table={}, lineage={},
+                                 tracking_uri=uri)
+    with pytest.raises(registry.RegistryError, match="eval_table: not JSON"):
+        registry.register_policy(tmp_path, eval_table={"x": object()}, lineage={},
+                                 tracking_uri=uri)
