@@ -30,13 +30,20 @@ _ENTRY_POINTS = {
     BRANCHING_ID: "envs.cluster_env:ClusterBranchingEnv",
     GATED_ID: "envs.gated_env:GatedControllerEnv",
 }
+# natively batched envs (envs.vector_env): gym.make_vec's default for these ids
+_VECTOR_ENTRY_POINTS = {
+    FLAT_ID: "envs.vector_env:ClusterSchedulingVectorEnv",
+    BRANCHING_ID: "envs.vector_env:ClusterBranchingVectorEnv",
+}
 
 
 def register_gymnasium_envs() -> None:
     """``gym.make("cloudrl/ClusterScheduling-v0", config={...})`` after this (idempotent)."""
     for env_id, entry_point in _ENTRY_POINTS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
+            gym.register(id=env_id, entry_point=entry_point,
+                         vector_entry_point=_VECTOR_ENTRY_POINTS.get(env_id),
+                         disable_env_checker=True)
 
 
 class _ScaledReward(gym.RewardWrapper):
@@ -50,12 +57,36 @@ class _ScaledReward(gym.RewardWrapper):
         return reward * self.scale
 
 
-def make_rllib_env(env_cls: type[gym.Env], env_config: Mapping[str, Any]) -> gym.Env:
-    """An env from an RLlib ``EnvContext``; an optional ``reward_scale`` key wraps it."""
+class _ScaledVectorReward(gym.vector.VectorRewardWrapper):
+    """:class:`_ScaledReward` of a vector env."""
+
+    def __init__(self, env: gym.vector.VectorEnv, scale: float) -> None:
+        super().__init__(env)
+        self.scale = scale
+
+    def rewards(self, rewards):
+        return rewards * self.scale
+
+
+def make_rllib_env(env_cls: type[gym.Env], env_config: Mapping[str, Any]
+                   ) -> gym.Env | gym.vector.VectorEnv:
+    """An env from an RLlib ``EnvContext``; an optional ``reward_scale`` key wraps it.
+
+    With a ``num_envs`` key (RLlib's ``gym_env_vectorize_mode="vector_entry_point"``
+    passes it) the result is a vector env: the batched one of ``envs.vector_env``
+    for the two cluster interfaces, else a ``SyncVectorEnv`` of ``env_cls``."""
     cfg = dict(env_config)
     scale = cfg.pop("reward_scale", None)
-    env = env_cls(cfg)
-    return _ScaledReward(env, float(scale)) if scale not in (None, 1.0) else env
+    num_envs = cfg.pop("num_envs", None)
+    if num_envs is None:
+        env = env_cls(cfg)
+        return _ScaledReward(env, float(scale)) if scale not in (None, 1.0) else env
+    from envs import vector_env
+
+    vec_cls = vector_env.VECTOR_OF.get(env_cls)
+    vec = vec_cls(int(num_envs), cfg) if vec_cls is not None else \
+        gym.vector.SyncVectorEnv([lambda: env_cls(cfg) for _ in range(int(num_envs))])
+    return _ScaledVectorReward(vec, float(scale)) if scale not in (None, 1.0) else vec
 
 
 def register_rllib_envs() -> None:

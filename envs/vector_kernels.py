@@ -1,0 +1,425 @@
+"""Numba kernel of the batched simulator: one call steps B clusters by one tick each.
+
+The state of B :class:`envs.sim.ClusterSim` instances lives in stacked arrays (see
+``envs.vector_env``) and :func:`step_batch` does, per env, what the single env's
+``step`` does in Python and small kernels: decode and check the action (flat or
+branching), place jobs and toggle servers, draw power, finish jobs, tick wake-ups
+down, drop expired jobs, enqueue arrivals, and build the next observation (macro
+row, server rows, job rows, mask), the reward and the info terms.
+
+Every float operation is the single env's, in the same order, so the same seed
+and actions give bit-identical episodes (tests/test_vector_env.py checks that).
+Running jobs are kept in start order, which reproduces the order in which the
+single simulator's finish buckets release them (that order matters for the
+float sums of used CPU and memory).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+ACTIVE, ASLEEP, WAKING = 0, 1, 2
+SLEEP_ONE, HOLD, WAKE_ONE = 0, 1, 2
+_FIT_EPS = 1e-9
+_EMA = 0.05
+
+# columns of the per-env integer state ``ist``
+(I_T, I_N_WAKING, I_PRIORITY, I_QLEN, I_NEXT_ARRIVAL, I_N_JOBS, I_N_WARM, I_RLEN,
+ I_CLOCK_OFFSET) = range(9)
+N_ISTATE = 9
+# columns of the float parameters ``fpar`` and integer parameters ``ipar``
+(P_TICK_SECONDS, P_PEAK_W, P_INV_PEAK_W, P_TOTAL_CPU, P_ALPHA, P_BETA, P_TOGGLE,
+ P_INVALID, P_TIME_SCALE) = range(9)
+(Q_WINDOW, Q_CAPACITY, Q_WAKE_DELAY, Q_EPISODE_LENGTH, Q_LEVELS, Q_PERIOD, Q_BRANCHING,
+ Q_TIERS) = range(8)
+# columns of the info outputs
+INFO_F = ("energy_kwh", "energy_norm", "r_energy", "r_sla", "r_toggle", "r_invalid")
+INFO_I = ("violations", "late", "dropped", "finished", "toggles", "placement_conflicts",
+          "invalid_action")
+
+
+@numba.njit(cache=True, inline="always")
+def _refresh(dyn, pstate, s, cpu_cap, p_idle, p_span, expo, standby):  # pragma: no cover
+    state = pstate[s]
+    if state == ACTIVE:
+        u = min(dyn[s, 0] / cpu_cap[s], 1.0)
+        dyn[s, 7] = p_idle[s] + p_span[s] * u ** expo[s]
+        dyn[s, 8] = 1.0 if dyn[s, 6] == 0 else 0.0
+    elif state == WAKING:
+        dyn[s, 7] = p_idle[s]
+        dyn[s, 8] = 0.0
+    else:
+        dyn[s, 7] = standby[s]
+        dyn[s, 8] = 1.0
+
+
+@numba.njit(cache=True)
+def _set_state(dyn, pstate, ist, s, state, cpu_cap, p_idle, p_span, expo,
+               standby):  # pragma: no cover
+    old = pstate[s]
+    ist[I_N_WAKING] += (1 if state == WAKING else 0) - (1 if old == WAKING else 0)
+    dyn[s, 2 + old] = 0.0
+    dyn[s, 2 + state] = 1.0
+    pstate[s] = state
+    _refresh(dyn, pstate, s, cpu_cap, p_idle, p_span, expo, standby)
+
+
+@numba.njit(cache=True)
+def _toggle(dyn, pstate, ist, s, wake_delay, cpu_cap, p_idle, p_span, expo,
+            standby):  # pragma: no cover
+    state = pstate[s]
+    if state == ACTIVE and dyn[s, 6] == 0:
+        _set_state(dyn, pstate, ist, s, ASLEEP, cpu_cap, p_idle, p_span, expo, standby)
+    elif state == ASLEEP:
+        if wake_delay == 0:
+            _set_state(dyn, pstate, ist, s, ACTIVE, cpu_cap, p_idle, p_span, expo, standby)
+        else:
+            dyn[s, 5] = wake_delay
+            _set_state(dyn, pstate, ist, s, WAKING, cpu_cap, p_idle, p_span, expo, standby)
+    else:
+        return False
+    return True
+
+
+@numba.njit(cache=True)
+def _place(dyn, pstate, ist, queue, slot, s, window, job_cpu, job_mem, job_dur, run_job,
+           run_end, run_srv, cpu_cap, mem_cap, p_idle, p_span, expo, standby):  # pragma: no cover
+    qlen = ist[I_QLEN]
+    if slot < 0 or slot >= min(qlen, window):
+        return False
+    if s < 0 or s >= dyn.shape[0] or pstate[s] != ACTIVE:
+        return False
+    j = queue[slot]
+    if job_cpu[j] > cpu_cap[s] - dyn[s, 0] + _FIT_EPS or \
+            job_mem[j] > mem_cap[s] - dyn[s, 1] + _FIT_EPS:
+        return False
+    for i in range(slot, qlen - 1):
+        queue[i] = queue[i + 1]
+    ist[I_QLEN] = qlen - 1
+    dyn[s, 0] += job_cpu[j]
+    dyn[s, 1] += job_mem[j]
+    dyn[s, 6] += 1
+    _refresh(dyn, pstate, s, cpu_cap, p_idle, p_span, expo, standby)
+    r = ist[I_RLEN]
+    run_job[r] = j
+    run_end[r] = ist[I_T] + job_dur[j]
+    run_srv[r] = s
+    ist[I_RLEN] = r + 1
+    return True
+
+
+@numba.njit(cache=True)
+def _sort_queue(queue, qlen, level, levels, job_arrival, job_latest):  # pragma: no cover
+    """Stable order by (key, job id): the single sim's ``np.lexsort((ids, key))``."""
+    if qlen < 2:
+        return
+    w = level / max(1, levels - 1)
+    keys = np.empty(qlen)
+    for i in range(qlen):
+        j = queue[i]
+        keys[i] = (1.0 - w) * job_arrival[j] + w * job_latest[j]
+    for i in range(1, qlen):
+        k, j = keys[i], queue[i]
+        p = i - 1
+        while p >= 0 and (keys[p] > k or (keys[p] == k and queue[p] > j)):
+            keys[p + 1] = keys[p]
+            queue[p + 1] = queue[p]
+            p -= 1
+        keys[p + 1] = k
+        queue[p + 1] = j
+
+
+@numba.njit(cache=True)
+def observe_one(dyn, ist, fema, queue, job_cpu, job_mem, job_arrival, job_dur, job_latest,
+                cpu_cap, mem_cap, tier, static, flag_scale, tier_norm, sin_tab, cos_tab,
+                fpar, ipar, macro, servers, jobs, mask):  # pragma: no cover
+    """Write one env's observation rows and its bool mask (the single env's rules)."""
+    n = dyn.shape[0]
+    n_tiers = ipar[Q_TIERS]
+    window = ipar[Q_WINDOW]
+    time_scale = fpar[P_TIME_SCALE]
+    t = ist[I_T]
+    tf = float(t)
+    qlen = ist[I_QLEN]
+    m = min(qlen, window)
+    tier_sums = np.zeros((5, n_tiers))
+    watts = 0.0
+    for s in range(n):
+        used_cpu = dyn[s, 0]
+        for c in range(static.shape[1]):
+            servers[s, c] = static[s, c]
+        servers[s, 2] = cpu_cap[s] - used_cpu
+        servers[s, 3] = mem_cap[s] - dyn[s, 1]
+        servers[s, 4] = used_cpu / cpu_cap[s]
+        for c in range(5):
+            servers[s, 5 + c] = dyn[s, 2 + c] * flag_scale[c]
+        k = tier[s]
+        tier_sums[0, k] += used_cpu
+        tier_sums[1, k] += dyn[s, 2]
+        tier_sums[2, k] += dyn[s, 3]
+        tier_sums[3, k] += dyn[s, 4]
+        if dyn[s, 2] > 0.0 and dyn[s, 6] == 0.0:
+            tier_sums[4, k] += 1.0
+    branching = ipar[Q_BRANCHING] != 0
+    row = n + 1 if branching else n
+    mask[:] = False
+    jobs[:, :] = 0.0
+    for i in range(m):
+        j = queue[i]
+        cpu = job_cpu[j]
+        mem = job_mem[j]
+        any_fit = False
+        for s in range(n):
+            ok = dyn[s, 2] > 0.0 and cpu <= cpu_cap[s] - dyn[s, 0] + _FIT_EPS \
+                and mem <= mem_cap[s] - dyn[s, 1] + _FIT_EPS
+            mask[i * row + s] = ok
+            any_fit = any_fit or ok
+        jobs[i, 0] = 1.0
+        jobs[i, 1] = cpu
+        jobs[i, 2] = mem
+        jobs[i, 3] = float(job_dur[j]) / time_scale
+        jobs[i, 4] = (tf - float(job_arrival[j])) / time_scale
+        jobs[i, 5] = (float(job_latest[j]) - tf) / time_scale
+        jobs[i, 6] = 1.0 if any_fit else 0.0
+    if branching:
+        for k in range(window):
+            mask[k * row + n] = True
+        base = window * row
+        for tt in range(n_tiers):
+            mask[base + 3 * tt] = tier_sums[4, tt] > 0
+            mask[base + 3 * tt + 1] = True
+            mask[base + 3 * tt + 2] = tier_sums[2, tt] > 0
+        for level in range(ipar[Q_LEVELS]):
+            mask[base + 3 * n_tiers + level] = True
+    else:
+        kn = window * n
+        for s in range(n):
+            mask[kn + s] = dyn[s, 8] > 0
+        mask[kn + n] = True
+    for s in range(n):
+        watts += dyn[s, 7]
+    # macro: per-tier aggregates, then the tail of envs.observation.MACRO_TAIL
+    p = 0
+    for r in range(4):
+        for tt in range(n_tiers):
+            macro[p] = tier_sums[r, tt] * tier_norm[r, tt]
+            p += 1
+    q_mean = q_max = q_cpu = 0.0
+    if qlen:
+        arrival_sum = 0.0
+        arrival_min = float(job_arrival[queue[0]])
+        cpu_sum = 0.0
+        for i in range(qlen):
+            j = queue[i]
+            a = float(job_arrival[j])
+            arrival_sum += a
+            arrival_min = min(arrival_min, a)
+            cpu_sum += job_cpu[j]
+        q_mean = (tf - arrival_sum / qlen) / time_scale
+        q_max = (tf - arrival_min) / time_scale
+        q_cpu = cpu_sum / fpar[P_TOTAL_CPU]
+    asleep = 0.0
+    for tt in range(n_tiers):
+        asleep += tier_sums[2, tt]
+    phase = (t + ist[I_CLOCK_OFFSET]) % ipar[Q_PERIOD]
+    macro[p] = qlen / ipar[Q_CAPACITY]
+    macro[p + 1] = q_mean
+    macro[p + 2] = q_max
+    macro[p + 3] = q_cpu
+    macro[p + 4] = fema[0]
+    macro[p + 5] = watts * fpar[P_INV_PEAK_W]
+    macro[p + 6] = asleep / n
+    macro[p + 7] = fema[1]
+    macro[p + 8] = sin_tab[phase]
+    macro[p + 9] = cos_tab[phase]
+    macro[p + 10] = t / ipar[Q_EPISODE_LENGTH]
+
+
+@numba.njit(cache=True)
+def step_batch(active, actions, dyn, pstate, ist, fema, queue, job_cpu, job_mem,
+               job_arrival, job_deadline, job_dur, job_latest, run_job, run_end,
+               run_srv, cpu_cap, mem_cap, p_idle, p_span, expo, standby, tier, static, flag_scale,
+               tier_norm, sin_tab, cos_tab, fpar, ipar, mask, macro, servers, jobs,
+               mask_f32, rewards, done, info_f, info_i):  # pragma: no cover
+    """Advance every env with ``active[b]`` by one tick under ``actions[b]``.
+
+    ``mask[b]`` is read as the mask of the previous observation (the validity of
+    the action) and overwritten with the new one. The action is assumed in space
+    (the caller checks ranges)."""
+    n_envs = dyn.shape[0]
+    n = dyn.shape[1]
+    window = ipar[Q_WINDOW]
+    wake_delay = ipar[Q_WAKE_DELAY]
+    branching = ipar[Q_BRANCHING] != 0
+    n_tiers = ipar[Q_TIERS]
+    for b in range(n_envs):
+        if not active[b]:
+            continue
+        d = dyn[b]
+        ps = pstate[b]
+        st = ist[b]
+        q = queue[b]
+        jc = job_cpu[b]
+        jm = job_mem[b]
+        jd = job_dur[b]
+        rj = run_job[b]
+        re = run_end[b]
+        rs = run_srv[b]
+        mk = mask[b]
+        a = actions[b]
+        invalid = False
+        conflicts = 0
+        toggles = 0
+        # ---- the action
+        if branching:
+            for br in range(a.shape[0]):
+                off = br * (n + 1) if br < window else \
+                    window * (n + 1) + 3 * (br - window) if br < window + n_tiers else \
+                    window * (n + 1) + 3 * n_tiers
+                if not mk[off + a[br]]:
+                    invalid = True
+                    break
+            if not invalid:
+                m = min(st[I_QLEN], window)
+                win = q[:m].copy()
+                for slot in range(m):
+                    server = a[slot]
+                    if server < n:
+                        idx = 0
+                        while q[idx] != win[slot]:
+                            idx += 1
+                        if not _place(d, ps, st, q, idx, server, window, jc, jm, jd, rj, re, rs,
+                                      cpu_cap, mem_cap, p_idle, p_span, expo, standby):
+                            conflicts += 1
+                for tt in range(n_tiers):
+                    dec = a[window + tt]
+                    if dec == HOLD:
+                        continue
+                    pick = -1
+                    if dec == SLEEP_ONE:
+                        for s in range(n):
+                            if tier[s] == tt and ps[s] == ACTIVE and d[s, 6] == 0:
+                                pick = s
+                    else:
+                        for s in range(n):
+                            if tier[s] == tt and ps[s] == ASLEEP:
+                                pick = s
+                                break
+                    if pick >= 0 and _toggle(d, ps, st, pick, wake_delay, cpu_cap, p_idle,
+                                             p_span, expo, standby):
+                        toggles += 1
+                    else:
+                        conflicts += 1
+                level = a[a.shape[0] - 1]
+                if level != st[I_PRIORITY]:
+                    st[I_PRIORITY] = level
+                    _sort_queue(q, st[I_QLEN], level, ipar[Q_LEVELS], job_arrival[b],
+                                job_latest[b])
+        else:
+            act = a[0]
+            if not mk[act]:
+                invalid = True
+            else:
+                kn = window * n
+                if act < kn:
+                    _place(d, ps, st, q, act // n, act % n, window, jc, jm, jd, rj, re, rs,
+                           cpu_cap, mem_cap, p_idle, p_span, expo, standby)
+                elif act < kn + n and _toggle(d, ps, st, act - kn, wake_delay, cpu_cap,
+                                              p_idle, p_span, expo, standby):
+                    toggles += 1
+        # ---- the tick (envs.sim.ClusterSim.advance)
+        total_w = 0.0
+        for s in range(n):
+            total_w += d[s, 7]
+        energy = total_w * fpar[P_TICK_SECONDS]
+        t = st[I_T] + 1
+        st[I_T] = t
+        finished = 0
+        late = 0
+        keep = 0
+        n_warm = st[I_N_WARM]
+        for r in range(st[I_RLEN]):
+            j = rj[r]
+            if re[r] != t:
+                rj[keep] = j
+                re[keep] = re[r]
+                rs[keep] = rs[r]
+                keep += 1
+                continue
+            s = rs[r]
+            d[s, 6] -= 1
+            if d[s, 6] == 0:
+                d[s, 0] = 0.0
+                d[s, 1] = 0.0
+            else:
+                d[s, 0] -= jc[j]
+                d[s, 1] -= jm[j]
+            _refresh(d, ps, s, cpu_cap, p_idle, p_span, expo, standby)
+            if j < n_warm:
+                continue
+            finished += 1
+            if t > job_deadline[b, j]:
+                late += 1
+        st[I_RLEN] = keep
+        if st[I_N_WAKING]:
+            for s in range(n):
+                if ps[s] == WAKING:
+                    d[s, 5] -= 1
+                    if d[s, 5] <= 0:
+                        _set_state(d, ps, st, s, ACTIVE, cpu_cap, p_idle, p_span, expo,
+                                   standby)
+        qlen = st[I_QLEN]
+        kept = 0
+        for i in range(qlen):
+            j = q[i]
+            if job_deadline[b, j] > t:
+                q[kept] = j
+                kept += 1
+        dropped = qlen - kept
+        st[I_QLEN] = kept
+        start = end = st[I_NEXT_ARRIVAL]
+        n_jobs = st[I_N_JOBS]
+        arrivals = 0
+        while end < n_jobs and job_arrival[b, end] <= t:
+            end += 1
+        if end != start:
+            st[I_NEXT_ARRIVAL] = end
+            arrivals = end - start
+            admitted = min(ipar[Q_CAPACITY] - kept, arrivals)
+            for i in range(admitted):
+                q[kept + i] = start + i
+            st[I_QLEN] = kept + admitted
+            dropped += arrivals - admitted
+            if st[I_PRIORITY] and admitted:
+                _sort_queue(q, st[I_QLEN], st[I_PRIORITY], ipar[Q_LEVELS], job_arrival[b],
+                            job_latest[b])
+        fema[b, 0] += _EMA * (arrivals - fema[b, 0])
+        fema[b, 1] += _EMA * (late + dropped - fema[b, 1])
+        # ---- reward and info (envs.cluster_env._ClusterEnvBase._reward)
+        energy_norm = total_w / fpar[P_PEAK_W]
+        violations = late + dropped
+        r_energy = fpar[P_ALPHA] * energy_norm
+        r_sla = fpar[P_BETA] * violations
+        r_toggle = fpar[P_TOGGLE] * toggles
+        r_invalid = fpar[P_INVALID] if invalid else 0.0
+        rewards[b] = -(r_energy + r_sla + r_toggle + r_invalid)
+        info_f[b, 0] = energy / 3.6e6
+        info_f[b, 1] = energy_norm
+        info_f[b, 2] = -r_energy
+        info_f[b, 3] = -r_sla
+        info_f[b, 4] = -r_toggle
+        info_f[b, 5] = -r_invalid
+        info_i[b, 0] = violations
+        info_i[b, 1] = late
+        info_i[b, 2] = dropped
+        info_i[b, 3] = finished
+        info_i[b, 4] = toggles
+        info_i[b, 5] = conflicts
+        info_i[b, 6] = 1 if invalid else 0
+        done[b] = t >= ipar[Q_EPISODE_LENGTH]
+        observe_one(d, st, fema[b], q, jc, jm, job_arrival[b], jd, job_latest[b], cpu_cap,
+                    mem_cap, tier, static, flag_scale, tier_norm, sin_tab, cos_tab, fpar,
+                    ipar, macro[b], servers[b], jobs[b], mk)
+        for i in range(mk.shape[0]):
+            mask_f32[b, i] = 1.0 if mk[i] else 0.0
