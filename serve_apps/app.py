@@ -5,7 +5,13 @@ Endpoints (JSON):
   version, whether the model or the fallback answered, and the server-side latency.
   Requests from many callers are batched into one model forward (``@serve.batch``).
 * ``GET /v1/policy``: versions, weights, breaker states and counters.
-* ``POST /v1/rollout`` (bearer token): start a canary, set its weight, promote, roll back.
+* ``POST /v1/rollout`` (bearer token): start a canary (by hand, or with an ``auto`` plan that
+  the rollout controller follows: promote after N canary decisions, roll back at once when
+  a signal crosses its threshold), set its weight, pause/resume the controller, force a
+  promotion or a rollback. ``GET /v1/rollout`` (bearer token): the controller's state,
+  live signals per version and the transition log.
+* ``GET /v1/metrics``: what this replica recorded into its Prometheus metrics
+  (``serve_apps.metrics``; Ray exports the same on its metrics endpoint).
 * ``POST /v1/feedback`` (bearer token): ranked trajectory pairs into the SQLite store.
 * ``GET /healthz``: liveness.
 
@@ -27,19 +33,21 @@ import hmac
 import time
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from ray import serve
-from ray.serve.metrics import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.feedback import FeedbackStore
 from serve_apps.body_limit import BodyLimit
+from serve_apps.metrics import ServiceMetrics
 from serve_apps.rollout import Rollout, ShieldSettings, log
+from serve_apps.rollout_controller import RolloutController, sla_risk
 from serve_apps.runtime import PolicySpecError, ServedPolicy
 from serve_apps.schemas import (
+    ClusterState,
     DecideBatchRequest,
     DecideBatchResponse,
     DecideRequest,
@@ -148,10 +156,24 @@ class DecisionService:
         self.feedback = FeedbackStore(cfg.state_db)
         self._batched.set_max_batch_size(cfg.max_batch_size)
         self._batched.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
-        self.fallbacks = Counter("cloudrl_decide_fallbacks", description="decisions answered "
-                                 "by the fallback heuristic", tag_keys=("version", "reason"))
-        self.decisions = Counter("cloudrl_decisions", description="decisions answered",
-                                 tag_keys=("version", "answered_by"))
+        self.metrics = ServiceMetrics()
+        self.controller = RolloutController(self.rollout)
+        self._canary_seen: tuple[str | None, float] = (None, 0.0)
+        self._sync()
+
+    def _sync(self) -> None:
+        """Follow the persisted rollout state; keep the canary-share gauge in step."""
+        self.rollout.sync()
+        canary = self.rollout.state["canary"]
+        seen = (canary["version"] if canary else None, float(self.rollout.state["weight"]))
+        if seen != self._canary_seen:
+            self.metrics.rollout_state(*seen, self._canary_seen[0])
+            self._canary_seen = seen
+
+    def _transition(self, event: str | None) -> None:
+        if event:
+            self.metrics.transitions.inc(tags={"event": event})
+            self._sync()
 
     def _openapi(self) -> dict[str, Any]:
         if api.openapi_schema is None:
@@ -162,13 +184,14 @@ class DecisionService:
 
     async def check_health(self) -> None:
         """A canary that fails its probe is dropped; only a broken stable version fails."""
-        self.rollout.sync()
+        self._sync()
         timeout = self.config.smoke_timeout_s
         canary = self.rollout.canary
         if canary is not None:
             error = await canary.probe(timeout)
-            if error:
-                self.rollout.drop_canary(canary.policy.version, f"health probe: {error}")
+            if error and self.rollout.drop_canary(canary.policy.version,
+                                                  f"health probe: {error}"):
+                self._transition("rolled_back")
         stable = self.rollout.stable
         error = await stable.probe(timeout)
         if error:
@@ -209,11 +232,11 @@ class DecisionService:
         start = time.perf_counter()
         if self.config.decide_requires_token:
             self._require_token(request)
-        self.rollout.sync()
+        self._sync()
         shield = self.rollout.route(body.routing_key)
         obs = shield.policy.observe(body)
         outcome = await self._batched((shield, obs))
-        return self._response(shield, obs, outcome, start)
+        return self._response(shield, obs, outcome, start, body)
 
     @api.post("/v1/decide/batch", response_model=DecideBatchResponse)
     async def decide_batch(self, body: DecideBatchRequest, request: Request
@@ -228,7 +251,7 @@ class DecisionService:
         if len(body.states) > self.config.max_batch_size:
             raise StateError("states", f"{len(body.states)} states, at most "
                              f"{self.config.max_batch_size} per request")
-        self.rollout.sync()
+        self._sync()
         routed = []
         for i, state in enumerate(body.states):
             shield = self.rollout.route(state.routing_key)
@@ -238,45 +261,78 @@ class DecisionService:
                 raise StateError(f"states[{i}].{e.field}", e.message) from None
         outcomes = await asyncio.gather(*(self._batched(item) for item in routed))
         return DecideBatchResponse(decisions=[
-            self._response(shield, obs, outcome, start)
-            for (shield, obs), outcome in zip(routed, outcomes, strict=True)])
+            self._response(shield, obs, outcome, start, state)
+            for (shield, obs), outcome, state in zip(routed, outcomes, body.states,
+                                                      strict=True)])
 
-    def _response(self, shield: Shield, obs: dict, outcome: Outcome, start: float
-                  ) -> DecideResponse:
+    def _response(self, shield: Shield, obs: dict, outcome: Outcome, start: float,
+                  state: ClusterState) -> DecideResponse:
+        """The answer; the decision is counted in the metrics and by the rollout controller
+        (which may promote or roll back the canary on it)."""
         policy = shield.policy
         version = policy.version
-        self.decisions.inc(tags={"version": version,
-                                 "answered_by": "model" if outcome.by_model else "fallback"})
-        if not outcome.by_model:
-            self.fallbacks.inc(tags={"version": version, "reason": outcome.reason})
+        action = policy.describe(outcome.action, obs)
+        latency_ms = (time.perf_counter() - start) * 1e3
+        self.metrics.decision(version, outcome.by_model, outcome.reason, latency_ms)
+        risk = sla_risk(state.jobs, [p.job for p in action.placements])
+        self._transition(self.controller.observe(shield, outcome, latency_ms, risk))
         return DecideResponse(
-            action=policy.describe(outcome.action, obs), policy=policy.name,
+            action=action, policy=policy.name,
             policy_version=version, answered_by="model" if outcome.by_model else "fallback",
             fallback_reason=outcome.reason, decided_by=outcome.decided_by,
-            latency_ms=(time.perf_counter() - start) * 1e3)
+            latency_ms=latency_ms)
 
     @api.get("/v1/policy")
     async def policy(self, request: Request) -> dict[str, Any]:
         """Checkpoint paths are shown to bearer-token holders only."""
-        self.rollout.sync()
+        self._sync()
         return self.rollout.report(show_paths=self._has_token(request))
 
     @api.post("/v1/rollout")
     async def rollout_change(self, body: RolloutRequest, request: Request) -> dict[str, Any]:
+        """Every change is logged with ``reason`` (default ``operator``); a bad body, a
+        missing token or an action the state does not allow changes nothing."""
         self._require_token(request)
-        self.rollout.sync()
+        self._sync()
+        reason = body.reason or "operator"
         if body.action == "canary":
             weight = self.config.canary_weight if body.weight is None else body.weight
             # loaded and smoke-tested off the event loop; nothing is persisted on failure
             shield = await asyncio.to_thread(self.rollout.load_canary, body.policy)
-            self.rollout.start_canary(shield, weight)
+            self.controller.start(shield, weight, body.auto, reason)
+            self._transition("canary_started")
         elif body.action == "weight":
             self.rollout.set_weight(body.weight)
+            self._sync()
         elif body.action == "promote":
-            self.rollout.promote()
+            self.rollout.promote(f"forced: {reason}")
+            self._transition("promoted")
+        elif body.action == "rollback":
+            self.rollout.rollback(f"forced: {reason}")
+            self._transition("rolled_back")
+        elif body.action == "pause":
+            self.controller.pause(reason)
+            self._transition("paused")
         else:
-            self.rollout.rollback()
+            self.controller.resume(reason)
+            self._transition("resumed")
         return self.rollout.report()
+
+    @api.get("/v1/rollout")
+    async def rollout_status(self, request: Request,
+                             after_id: int = Query(0, ge=0, le=2**62),
+                             limit: int = Query(50, ge=1, le=1000)) -> dict[str, Any]:
+        """The versions, the controller (plan, pause, live signals per version) and the
+        transitions with id > ``after_id`` (the last ``limit``, oldest first)."""
+        self._require_token(request)
+        self._sync()
+        return {**self.rollout.report(), "controller": self.controller.report(),
+                "history": self.rollout.history(limit, after_id)}
+
+    @api.get("/v1/metrics")
+    async def metrics_snapshot(self) -> dict[str, Any]:
+        """What this replica recorded into its Ray (Prometheus) metrics."""
+        return self.metrics.snapshot()
 
     @api.post("/v1/feedback")
     async def feedback_add(self, body: FeedbackRequest, request: Request) -> dict[str, Any]:
@@ -284,6 +340,8 @@ class DecisionService:
         pairs = [pair.model_dump(mode="json", exclude_none=True) for pair in body.pairs]
         stored, duplicates = self.feedback.add_pairs(
             pairs, policy_version=self.rollout.stable.policy.version)
+        if stored:
+            self.metrics.feedback_rows.inc(len(stored))
         return {"stored": len(stored), "duplicates": duplicates, "ids": stored}
 
     @api.get("/healthz")

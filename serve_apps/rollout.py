@@ -12,6 +12,11 @@ passes its smoke test (after a restart, or on a replica following another) is dr
 with a logged reason, and so is one whose health probe fails at run time
 (``drop_canary``): the stable version and the fallback keep serving.
 
+Every change is a logged transition (``rollout_events``: time, event, version, reason):
+``canary_started``, ``promoted``, ``rolled_back``, ``paused``, ``resumed``; ``history``
+reads them back. The automatic controller (``serve_apps.rollout_controller``) keeps its
+plan and pause flag in the state's ``auto`` entry, so they persist and replicate too.
+
 The rollout state is persisted in the service's SQLite database, so a restarted service
 keeps a promoted version, and every replica follows a change made through any replica
 (``sync`` re-reads the state when SQLite's ``data_version`` says another connection
@@ -26,6 +31,7 @@ import json
 import logging
 import random
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,9 @@ log = logging.getLogger("ray.serve")
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS rollout (id INTEGER PRIMARY KEY CHECK (id = 1), " \
          "state TEXT NOT NULL)"
+EVENTS_SCHEMA = "CREATE TABLE IF NOT EXISTS rollout_events (id INTEGER PRIMARY KEY " \
+    "AUTOINCREMENT, at REAL NOT NULL, event TEXT NOT NULL, version TEXT, spec TEXT, " \
+    "reason TEXT NOT NULL)"
 
 
 @dataclass
@@ -64,6 +73,7 @@ class Rollout:
     def __post_init__(self) -> None:
         self._conn: sqlite3.Connection = open_db(self.db_path)
         self._conn.execute(SCHEMA)
+        self._conn.execute(EVENTS_SCHEMA)
         self._rng = random.Random(self.seed)
         self._loaded: dict[str, Shield] = {}  # version -> shield (policy inside)
         self._data_version = -1
@@ -107,8 +117,9 @@ class Rollout:
                                                              loaded[stable["version"]])
             except PolicySpecError as e:  # never serve (or crash on) a failing canary
                 log.warning("dropping persisted canary %s: %s", canary["version"], e)
-                state = dict(state, canary=None, weight=0.0)
+                state = dict(state, canary=None, weight=0.0, auto=None)
                 self._write(state)
+                self.log_event("rolled_back", f"persisted canary does not load: {e}", canary)
         keep = {stable["version"]} | ({state["canary"]["version"]} if state["canary"] else set())
         self._loaded = {v: s for v, s in loaded.items() if v in keep}
         self.state = state
@@ -156,16 +167,20 @@ class Rollout:
         return list(self._loaded.values())
 
     # ------------------------------------------------------------ changes
-    def start_canary(self, spec: str | Shield, weight: float) -> str:
-        """Serve ``spec`` (or a shield from :meth:`load_canary`) as the canary; persisted."""
+    def start_canary(self, spec: str | Shield, weight: float,
+                     auto: dict[str, Any] | None = None, reason: str = "operator") -> str:
+        """Serve ``spec`` (or a shield from :meth:`load_canary`) as the canary; persisted.
+        ``auto``: the automatic controller's plan (None: promote and roll back by hand)."""
         shield = self.load_canary(spec) if isinstance(spec, str) else spec
         version = f"v{self.state['next']}"
         shield.policy.version = version
         self._loaded[version] = shield
-        state = dict(self.state, next=self.state["next"] + 1, weight=weight,
+        state = dict(self.state, next=self.state["next"] + 1, weight=weight, auto=auto,
                      canary={"version": version, "spec": shield.policy.spec})
         self._write(state)
         self._apply(state)
+        mode = "automatic" if auto else "manual"
+        self.log_event("canary_started", f"{reason}; weight {weight:g}, {mode}", state["canary"])
         return version
 
     def drop_canary(self, version: str, reason: str) -> bool:
@@ -173,7 +188,7 @@ class Rollout:
         if self.state["canary"] is None or self.state["canary"]["version"] != version:
             return False
         log.warning("dropping canary %s (%s): %s", version, self.state["canary"]["spec"], reason)
-        self._commit(dict(self.state, canary=None, weight=0.0))
+        self.rollback(reason)
         return True
 
     def set_weight(self, weight: float) -> None:
@@ -181,15 +196,49 @@ class Rollout:
             raise PolicySpecError("no canary to weight; start one with action 'canary'")
         self._commit(dict(self.state, weight=weight))
 
-    def promote(self) -> None:
+    def promote(self, reason: str = "operator") -> None:
         if self.canary is None:
             raise PolicySpecError("no canary to promote")
-        self._commit(dict(self.state, stable=self.state["canary"], canary=None, weight=0.0))
+        entry = self.state["canary"]
+        self._commit(dict(self.state, stable=entry, canary=None, weight=0.0, auto=None))
+        self.log_event("promoted", reason, entry)
 
-    def rollback(self) -> None:
+    def rollback(self, reason: str = "operator") -> None:
         if self.canary is None:
             raise PolicySpecError("no canary to roll back")
-        self._commit(dict(self.state, canary=None, weight=0.0))
+        entry = self.state["canary"]
+        self._commit(dict(self.state, canary=None, weight=0.0, auto=None))
+        self.log_event("rolled_back", reason, entry)
+
+    def set_auto(self, auto: dict[str, Any] | None, event: str | None = None,
+                 reason: str = "operator") -> None:
+        """Persist the automatic controller's state (plan, pause flag), logging ``event``."""
+        if self.canary is None:
+            raise PolicySpecError("no canary: start one with action 'canary'")
+        self._commit(dict(self.state, auto=auto))
+        if event:
+            self.log_event(event, reason, self.state["canary"])
+
+    @property
+    def auto(self) -> dict[str, Any] | None:
+        return self.state.get("auto") if self.state["canary"] else None
+
+    # ------------------------------------------------------------ transition log
+    def log_event(self, event: str, reason: str, entry: dict[str, Any] | None = None) -> None:
+        entry = entry or {}
+        self._conn.execute("INSERT INTO rollout_events (at, event, version, spec, reason) "
+                           "VALUES (?, ?, ?, ?, ?)",
+                           (time.time(), event, entry.get("version"), entry.get("spec"), reason))
+        self._data_version = self._version_of_db()
+        log.info("rollout %s %s: %s", event, entry.get("version"), reason)
+
+    def history(self, limit: int = 50, after_id: int = 0) -> list[dict[str, Any]]:
+        """The last ``limit`` transitions with id > ``after_id``, oldest first."""
+        rows = self._conn.execute(
+            "SELECT id, at, event, version, spec, reason FROM rollout_events WHERE id > ? "
+            "ORDER BY id DESC LIMIT ?", (after_id, limit)).fetchall()
+        return [{"id": r[0], "at": r[1], "event": r[2], "version": r[3], "spec": r[4],
+                 "reason": r[5]} for r in reversed(rows)]
 
     def _commit(self, state: dict[str, Any]) -> None:
         self._write(state)
@@ -212,4 +261,4 @@ class Rollout:
         weight = float(self.state["weight"])
         canary = describe(self.state["canary"], weight)
         return {"stable": describe(self.state["stable"], 1.0 - weight if canary else 1.0),
-                "canary": canary}
+                "canary": canary, "auto": self.auto}

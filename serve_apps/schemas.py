@@ -135,18 +135,50 @@ class DecideBatchResponse(BaseModel):
     decisions: list[DecideResponse]
 
 
+class AutoPlan(_Strict):
+    """When the controller promotes a canary and what rolls it back."""
+
+    promote_after: int = Field(default=500, ge=1, le=100_000_000,
+                               description="canary decisions (while not paused) before "
+                                           "promotion")
+    min_decisions: int = Field(default=50, ge=1, le=1_000_000,
+                               description="canary decisions before rates, latency and SLA "
+                                           "risk are judged")
+    max_fallback_rate: float = Field(default=0.05, ge=0.0, le=1.0,
+                                     description="share of canary decisions answered by the "
+                                                 "fallback (any reason)")
+    max_intervention_rate: float = Field(default=0.02, ge=0.0, le=1.0,
+                                         description="share of canary decisions where the "
+                                                     "shield replaced the model's answer")
+    max_infeasible: int = Field(default=0, ge=0, description="infeasible actions tolerated "
+                                "from the canary (the next one rolls it back)")
+    max_latency_p95_ms: float = Field(default=250.0, gt=0.0, le=600_000.0,
+                                      description="server-side latency p95 of the canary")
+    max_sla_risk_excess: float | None = Field(default=None, ge=0.0, le=1.0,
+                                              description="canary's mean SLA risk minus the "
+                                                          "stable version's (None: off)")
+
+
+
 class RolloutRequest(_Strict):
-    """POST /v1/rollout: start a canary, change its weight, promote or roll it back."""
+    """POST /v1/rollout: start a canary (by hand, or watched by the automatic controller
+    when ``auto`` is given), change its weight, pause or resume the controller, force a
+    promotion or a rollback. ``reason`` goes into the transition log."""
 
     model_config = ConfigDict(json_schema_extra={"oneOf": [  # what each action needs
         {"properties": {"action": {"const": action}}, "required": ["action", *needs]}
         for action, needs in (("canary", ["policy"]), ("weight", ["weight"]), ("promote", []),
-                              ("rollback", []))]})
+                              ("rollback", []), ("pause", []), ("resume", []))]})
 
-    action: Literal["canary", "weight", "promote", "rollback"]
-    policy: str | None = Field(default=None, description="canary: checkpoint path or "
-                               "heuristic:NAME or python:MODULE:FACTORY")
+    action: Literal["canary", "weight", "promote", "rollback", "pause", "resume"]
+    policy: str | None = Field(default=None, min_length=1, max_length=4096,
+                               description="canary: checkpoint path or heuristic:NAME or "
+                               "python:MODULE:FACTORY")
     weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    auto: AutoPlan | None = Field(default=None, description="canary: promote or roll back "
+                                  "automatically by this plan")
+    reason: str | None = Field(default=None, min_length=1, max_length=500,
+                               description="why (kept in the transition log)")
 
     @model_validator(mode="after")
     def _fields_for_action(self) -> RolloutRequest:
@@ -154,6 +186,10 @@ class RolloutRequest(_Strict):
             raise ValueError("action 'canary' needs 'policy'")
         if self.action == "weight" and self.weight is None:
             raise ValueError("action 'weight' needs 'weight'")
+        if self.action != "canary" and (self.policy is not None or self.auto is not None):
+            raise ValueError(f"action {self.action!r} takes no 'policy' or 'auto'")
+        if self.action not in ("canary", "weight") and self.weight is not None:
+            raise ValueError(f"action {self.action!r} takes no 'weight'")
         return self
 
 
