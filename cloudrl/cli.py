@@ -12,6 +12,7 @@ from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
 from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.headline import cli as headline_cli
+from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
@@ -454,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline_cli.register(sub)
     serve_cli.register(sub)
     headline_cli.register(sub)
+    loop_cli.register(sub)
     return parser
 
 
