@@ -331,8 +331,12 @@ class DecisionService:
 
     @api.get("/v1/metrics")
     async def metrics_snapshot(self) -> dict[str, Any]:
-        """What this replica recorded into its Ray (Prometheus) metrics."""
-        return self.metrics.snapshot()
+        """What this replica recorded into its Ray (Prometheus) metrics; ``worker_id`` is
+        the ``WorkerId`` label of its lines on Ray's metrics endpoint."""
+        import ray
+
+        return {"worker_id": ray.get_runtime_context().get_worker_id(),
+                "metrics": self.metrics.snapshot()}
 
     @api.post("/v1/feedback")
     async def feedback_add(self, body: FeedbackRequest, request: Request) -> dict[str, Any]:
