@@ -4,6 +4,8 @@ A policy spec is one of
 * a checkpoint directory written by ``cloudrl train`` (PPO, DQN, BDQ; the interface and
   env come from its ``cloudrl.json``; served greedily);
 * ``heuristic:NAME`` (``power_aware``, ``ffd``, ...), on the service's env and interface;
+* ``models:/cloudrl-policy@champion`` or ``models:/cloudrl-policy/3``: a registered
+  checkpoint (``cloudrl.loop.registry``), loaded from its registered directory;
 * ``python:MODULE:FACTORY``: ``FACTORY(env_config, interface)`` returns an object with
   ``name``, ``interface`` and ``act_batch(observations) -> actions`` (or ``act(obs)``),
   the extension point for custom policies.
@@ -172,23 +174,41 @@ def _checkpoint_model(spec: str) -> tuple[Any, EnvConfig, Interface]:
     return _CheckpointModel(checkpoint), checkpoint.env_config, checkpoint.interface
 
 
+def _registry_path(spec: str) -> str:
+    """A registry URI's local checkpoint directory (``cloudrl.loop.registry.resolve``; the
+    tracking URI is ``$MLFLOW_TRACKING_URI`` or ``./mlflow.db``), any other spec unchanged."""
+    from cloudrl.loop.registry import RegistryError, is_registry_uri, resolve
+
+    if not is_registry_uri(spec):
+        return spec
+    try:
+        return str(resolve(spec))
+    except RegistryError as e:
+        raise PolicySpecError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - an unreachable store is a bad spec, not a 500
+        raise PolicySpecError(f"{spec}: registry lookup failed ({type(e).__name__}: "
+                              f"{e})") from None
+
+
 class ServedPolicy:
     """One policy version: spec, model, env and decision formatting."""
 
     def __init__(self, spec: str, version: str, env_config: EnvConfig,
                  interface: Interface) -> None:
         self.spec, self.version = spec, version
+        self.path = _registry_path(spec)  # models:/NAME@ALIAS or /VERSION -> its directory
         if spec.startswith("heuristic:"):
             self.model = _heuristic_model(spec.split(":", 1)[1], interface)
         elif spec.startswith("python:"):
             self.model = _python_model(spec.split(":", 1)[1], env_config, interface)
-        elif is_checkpoint(spec):
-            self.model, env_config, interface = _checkpoint_model(spec)
-        elif Path(spec).exists():
+        elif is_checkpoint(self.path):
+            self.model, env_config, interface = _checkpoint_model(self.path)
+        elif Path(self.path).exists():
             raise PolicySpecError(f"{spec} is not a cloudrl checkpoint (no cloudrl.json)")
         else:
             raise PolicySpecError(f"policy {spec!r}: not a checkpoint directory, "
-                                  "heuristic:NAME or python:MODULE:FACTORY")
+                                  "models:/NAME@ALIAS, heuristic:NAME or "
+                                  "python:MODULE:FACTORY")
         self.interface: Interface = interface
         self.env_config = env_config
         env_cls = ClusterSchedulingEnv if interface == "flat" else ClusterBranchingEnv

@@ -86,3 +86,33 @@ def test_plain_paths_pass_through_and_bad_references_name_what_is_wrong(uri, tmp
     with pytest.raises(registry.RegistryError, match="eval_table: not JSON"):
         registry.register_policy(tmp_path, eval_table={"x": object()}, lineage={},
                                  tracking_uri=uri)
+
+
+def test_the_service_loads_a_policy_by_registry_uri(uri, tmp_path, monkeypatch):
+    """serve_apps.runtime resolves models:/NAME@ALIAS through the registry the environment
+    names ($MLFLOW_TRACKING_URI), as a replica does; the alias is read at load time."""
+    from envs.env_config import EnvConfig
+    from serve_apps.runtime import PolicySpecError, ServedPolicy
+    from tests.test_loop_retrain import ENV, make_checkpoint
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    flat = make_checkpoint(tmp_path / "dqn_a", "dqn", seed=1)
+    gated = make_checkpoint(tmp_path / "gated_b", "gated_dqn", seed=2)
+    v_flat = registry.register_policy(flat, eval_table={}, lineage={}, aliases=("champion",))
+    v_gated = registry.register_policy(gated, eval_table={}, lineage={})
+    env = EnvConfig.model_validate(ENV)
+
+    served = ServedPolicy("models:/cloudrl-policy@champion", "v1", env, "branching")
+    assert served.spec == "models:/cloudrl-policy@champion"
+    assert served.name == "dqn:checkpoint" and served.interface == "flat"  # from the checkpoint
+    assert served.path == str(registry.resolve(f"models:/cloudrl-policy/{v_flat}"))
+    obs = served.probe_obs
+    (action,) = served.model.act_batch([obs])
+    assert served.is_feasible(action, obs)
+
+    registry.set_alias(registry.POLICY_MODEL, "champion", v_gated)
+    moved = ServedPolicy("models:/cloudrl-policy@champion", "v2", env, "flat")
+    assert moved.interface == "branching" and moved.name == "gated_dqn:checkpoint"
+    assert ServedPolicy(f"models:/cloudrl-policy/{v_flat}", "v3", env, "flat").interface == "flat"
+    with pytest.raises(PolicySpecError, match="no alias 'gone'"):
+        ServedPolicy("models:/cloudrl-policy@gone", "v4", env, "flat")
