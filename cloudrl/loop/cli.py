@@ -184,6 +184,7 @@ def register(sub: Any) -> None:
                                              "for its automatic promote / roll back")
         rollout.add_arguments(ro)
         ro.set_defaults(func=rollout.run)
+    register_backup(sub)
 
 
 def register_backup(sub: Any) -> None:
