@@ -332,10 +332,12 @@ class DecisionService:
     @api.get("/v1/metrics")
     async def metrics_snapshot(self) -> dict[str, Any]:
         """What this replica recorded into its Ray (Prometheus) metrics; ``worker_id`` is
-        the ``WorkerId`` label of its lines on Ray's metrics endpoint."""
+        the ``WorkerId`` label of its lines on Ray's metrics endpoint, ``pid`` its process."""
+        import os
+
         import ray
 
-        return {"worker_id": ray.get_runtime_context().get_worker_id(),
+        return {"worker_id": ray.get_runtime_context().get_worker_id(), "pid": os.getpid(),
                 "metrics": self.metrics.snapshot()}
 
     @api.post("/v1/feedback")
