@@ -151,3 +151,44 @@ def test_challenger_registered_only_when_no_worse_on_validation(tmp_path, capsys
     assert chall.eval_table["validation"]["seeds"] == [500_000, 500_001, 500_002]
     assert registry.get_version(registry.REWARD_MODEL, "champion",
                                 tracking_uri=uri).lineage["parent_version"] == rm.version
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_retrain_fine_tunes_the_champion_on_the_learned_reward(tmp_path):
+    """The whole job without --candidate: reward model from the feedback, the champion PPO
+    fine-tuned from its own weights on the learned reward (phase 3), both validated; the
+    decision follows the validation rewards."""
+    import torch
+
+    from cloudrl.checkpoint_policy import MODULE_SUBDIR, read_meta
+    from cloudrl.loop.retrain import RetrainConfig, retrain
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    champion = make_checkpoint(tmp_path / "ppo", "ppo")
+    registry.register_policy(champion, eval_table={}, lineage={}, tracking_uri=uri,
+                             aliases=(registry.CHAMPION,))
+    db = tmp_path / "state.db"
+    add_feedback(db, operator_pairs(10, "flat"))
+    cfg = RetrainConfig(feedback_db=str(db), tracking_uri=uri, out=str(tmp_path / "w"),
+                        env_steps=128, val_seeds=2, eval_ticks=60, reward_epochs=3,
+                        hparams={"train_batch_size_per_learner": 64, "minibatch_size": 32,
+                                 "num_epochs": 1})
+    result = retrain(cfg, log=lambda *_: None)
+    cand = Path(result.candidate)
+    assert read_meta(cand)["algo"] == "ppo" and cand.is_relative_to(tmp_path / "w")
+
+    def weights(path: Path) -> dict:
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        return RLModule.from_checkpoint(str(path / MODULE_SUBDIR)).state_dict()
+
+    before, after = weights(champion), weights(cand)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # it was trained
+    val = result.validation
+    no_worse = val["candidate"]["reward_mean"] >= val["champion"]["reward_mean"]
+    assert result.decision == ("registered" if no_worse else "rejected")
+    assert (registry.alias_version(registry.POLICY_MODEL, "challenger", tracking_uri=uri)
+            is not None) == no_worse
+    assert result.reward_version is not None and result.pairs["new_pairs"] == 10
