@@ -47,6 +47,10 @@ class TrainConfig(BaseModel):
     num_learners: int = Field(default=0, ge=0,
                               description="0 = learn in the driver; n = n remote learner actors")
     envs_per_runner: int = Field(default=8, ge=1, description="vectorized envs per runner")
+    batched_env: bool = Field(
+        default=True, description="env runners step the natively batched cluster env "
+        "(envs.vector_env, RLlib gym_env_vectorize_mode='vector_entry_point'); False: "
+        "gymnasium's SyncVectorEnv of the single env (same episodes, slower)")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
     torch_threads: TorchThreads = Field(
@@ -136,6 +140,8 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
         spec.configure(config)
     if configure is not None:
         configure(config)
+    if cfg.batched_env and config.env in (FLAT_ID, BRANCHING_ID) and not config.is_multi_agent:
+        config.env_runners(gym_env_vectorize_mode="vector_entry_point")
     return config
 
 

@@ -58,8 +58,8 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.config = EnvConfig.coerce(config)
         self.num_envs = int(num_envs)
-        self.envs = [self.single_env_class(self.config) for _ in range(self.num_envs)]
-        first = self.envs[0]
+        self._singles = [self.single_env_class(self.config) for _ in range(self.num_envs)]
+        first = self._singles[0]
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -144,7 +144,7 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
 
     def _load(self, i: int) -> None:
         """Copy sub-env ``i``'s freshly reset simulator into row ``i`` of the stacked state."""
-        env = self.envs[i]
+        env = self._singles[i]
         sim = env.sim
         n_jobs = len(sim.job_arrival)
         if n_jobs > self._job_capacity:
@@ -210,7 +210,7 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         self._autoreset[which] = False
         infos: dict[str, Any] = {}
         for i in np.flatnonzero(which).tolist():
-            obs, info = self.envs[i].reset(seed=seeds[i], options=options)
+            obs, info = self._singles[i].reset(seed=seeds[i], options=options)
             self._load(i)
             for key, value in obs.items():
                 self._obs[key][i] = value
@@ -239,7 +239,7 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
                       done, info_f, info_i)
         infos = self._step_infos(active, info_f, info_i)
         for i in np.flatnonzero(self._autoreset).tolist() if not active.all() else ():
-            reset_obs, info = self.envs[i].reset()
+            reset_obs, info = self._singles[i].reset()
             self._load(i)
             for key, value in reset_obs.items():
                 obs[key][i] = value
@@ -299,7 +299,7 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         return self._mask.copy()
 
     def close_extras(self, **kwargs: Any) -> None:
-        for env in getattr(self, "envs", ()):
+        for env in getattr(self, "_singles", ()):
             env.close()
 
 

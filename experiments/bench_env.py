@@ -1,4 +1,4 @@
-"""Env step throughput: both cluster interfaces at N=15, 50, 200 vs CartPole-v1, same run.
+"""Env step throughput: both cluster interfaces vs CartPole-v1, single and batched, same run.
 
 What it does: steps each env for a fixed number of steps with a trivial
 policy (flat: first feasible placement, else wait; branching: slot 0 on its
@@ -8,9 +8,17 @@ and the cost of a step relative to a CartPole-v1 step measured in the same
 process. Raw env classes are compared with raw CartPoleEnv; the
 ``gym.make`` rows compare both through gymnasium's wrappers.
 
-Run:  .venv/bin/python -m experiments.bench_env [--steps 20000]
+The second table (issue 18) is the cost per env step of B envs stepped together at
+N=50: gymnasium's ``SyncVectorEnv`` of the single env and the natively batched env
+(``envs.vector_env``, one numba call per step), B = 1, 8, 32, 128, against the raw
+CartPole step. Every row is the best of ``--repeats`` blocks (the machine is shared;
+the best block is the least disturbed one), and ``os.getloadavg()`` is printed
+before and after.
 
-Target (issue 2): at N=50 a flat step costs <= 5x a CartPole step.
+Run:  .venv/bin/python -m experiments.bench_env [--steps 20000] [--repeats 3]
+
+Targets: at N=50 a single-env step costs <= 5x a CartPole step (issue 2); the batched
+env's cost per env step at B=32, N=50 is <= 1x a CartPole step (issue 18).
 Results to expect (2-core CI-class machine, numba kernels warm; see README
 for the table measured in this change): CartPole ~7-10 µs/step; cluster
 flat N=50 ~4-5x CartPole, branching N=50 ~6-7x, N=200 ~8-10x.
@@ -19,6 +27,7 @@ flat N=50 ~4-5x CartPole, branching N=50 ~6-7x, N=200 ~8-10x.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import gymnasium as gym
@@ -28,6 +37,8 @@ from gymnasium.envs.classic_control import CartPoleEnv
 import envs  # noqa: F401  (registers the gymnasium ids)
 from envs import kernels
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
+from envs.vector_env import ClusterBranchingVectorEnv, ClusterSchedulingVectorEnv
+from envs.vector_env import warm_up as vector_warm_up
 
 
 def _flat_policy(env):
@@ -56,48 +67,144 @@ def _branching_policy(env):
     return act
 
 
-def time_env(env, policy, steps: int, seed: int = 0) -> float:
-    """Mean seconds per ``env.step`` (resets included) over ``steps`` steps."""
+def time_env(env, policy, steps: int, seed: int = 0, repeats: int = 1) -> float:
+    """Mean seconds per ``env.step`` (resets included) over ``steps`` steps; the best of
+    ``repeats`` such blocks."""
     obs, _ = env.reset(seed=seed)
-    elapsed = 0.0
-    for i in range(steps):
-        action = policy(obs)
-        t0 = time.perf_counter()
-        obs, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            obs, _ = env.reset(seed=seed + i)
-        elapsed += time.perf_counter() - t0
-    return elapsed / steps
+    best = float("inf")
+    for _ in range(repeats):
+        elapsed = 0.0
+        for i in range(steps):
+            action = policy(obs)
+            t0 = time.perf_counter()
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                obs, _ = env.reset(seed=seed + i)
+            elapsed += time.perf_counter() - t0
+        best = min(best, elapsed / steps)
+    return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[15, 50, 200])
-    args = parser.parse_args()
-    kernels.warm_up()
+def _batched_policy(single, n_envs: int, branching: bool):
+    """The trivial policies above for B envs at once (numpy over the batch)."""
+    n, rows = single.n_servers, np.arange(n_envs)
+    if not branching:
+        wait = single.wait_action
+        n_place = wait - n
 
-    cart_raw = time_env(CartPoleEnv(), lambda o: 0 if o[2] < 0 else 1, args.steps)
-    cart_made = time_env(gym.make("CartPole-v1"), lambda o: 0 if o[2] < 0 else 1, args.steps)
-    rows = [("CartPole-v1", "raw", "-", cart_raw, cart_raw),
-            ("CartPole-v1", "gym.make", "-", cart_made, cart_made)]
-    for n in args.sizes:
+        def act(obs):
+            m = obs["action_mask"][:, :n_place]
+            i = m.argmax(axis=1)
+            return np.where(m[rows, i] > 0, i, wait)
+        return act
+    k = single.queue_window
+    hold = np.array([n] * k + [1] * single.n_tiers + [0], dtype=np.int64)
+
+    def act_b(obs):
+        a = np.tile(hold, (n_envs, 1))
+        row = obs["action_mask"][:, :n]
+        i = row.argmax(axis=1)
+        a[:, 0] = np.where(row[rows, i] > 0, i, n)
+        return a
+    return act_b
+
+
+def time_vector(vec, policy, env_steps: int, seed: int = 0, repeats: int = 1) -> float:
+    """Seconds per env step (batched step / B; autoresets included), best of ``repeats``."""
+    obs, _ = vec.reset(seed=seed)
+    steps = max(20, env_steps // vec.num_envs)
+    best = float("inf")
+    for _ in range(repeats):
+        elapsed = 0.0
+        for _ in range(steps):
+            action = policy(obs)
+            t0 = time.perf_counter()
+            obs, _, _, _, _ = vec.step(action)
+            elapsed += time.perf_counter() - t0
+        best = min(best, elapsed / (steps * vec.num_envs))
+    return best
+
+
+def _load() -> str:
+    return "load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def single_rows(sizes: list[int], steps: int, repeats: int, cart_raw: float,
+                cart_made: float) -> list[tuple]:
+    rows = []
+    for n in sizes:
         cfg = {"n_servers": n}
         for name, cls, make_id, pol in (
             ("flat", ClusterSchedulingEnv, envs.FLAT_ID, _flat_policy),
             ("branching", ClusterBranchingEnv, envs.BRANCHING_ID, _branching_policy),
         ):
             env = cls(cfg)
-            rows.append((f"cluster {name}", "raw", n, time_env(env, pol(env), args.steps),
-                         cart_raw))
-            made = gym.make(make_id, config=cfg)
+            rows.append((f"cluster {name}", "raw", n,
+                         time_env(env, pol(env), steps, repeats=repeats), cart_raw))
+            made = gym.make(make_id, config=cfg, disable_env_checker=True)
             rows.append((f"cluster {name}", "gym.make", n,
-                         time_env(made, pol(made), args.steps), cart_made))
+                         time_env(made, pol(made), steps, repeats=repeats), cart_made))
+    return rows
+
+
+def vector_rows(batches: list[int], n: int, steps: int, repeats: int, cart: float
+                ) -> list[tuple]:
+    rows = []
+    cfg = {"n_servers": n}
+    for name, single_cls, vec_cls, branching in (
+        ("flat", ClusterSchedulingEnv, ClusterSchedulingVectorEnv, False),
+        ("branching", ClusterBranchingEnv, ClusterBranchingVectorEnv, True),
+    ):
+        single = single_cls(cfg)
+        pol = (_branching_policy if branching else _flat_policy)(single)
+        rows.append((name, "single env", 1, time_env(single, pol, steps, repeats=repeats),
+                     cart))
+        for b in batches:
+            policy = _batched_policy(single, b, branching)
+            sync = gym.vector.SyncVectorEnv([lambda c=single_cls: c(cfg) for _ in range(b)])
+            rows.append((name, "SyncVectorEnv", b,
+                         time_vector(sync, policy, steps, repeats=repeats), cart))
+            rows.append((name, "batched", b,
+                         time_vector(vec_cls(b, cfg), policy, steps, repeats=repeats), cart))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[15, 50, 200])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--vector-n", type=int, default=50, help="N of the batched table")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    kernels.warm_up()
+    vector_warm_up()
+    print(_load(), "(start)", flush=True)
+
+    def cartpole(env):
+        return time_env(env, lambda o: 0 if o[2] < 0 else 1, args.steps, repeats=args.repeats)
+
+    cart_raw = cartpole(CartPoleEnv())
+    cart_made = cartpole(gym.make("CartPole-v1"))
+    rows = [("CartPole-v1", "raw", "-", cart_raw, cart_raw),
+            ("CartPole-v1", "gym.make", "-", cart_made, cart_made)]
+    rows += single_rows(args.sizes, args.steps, args.repeats, cart_raw, cart_made)
+    vrows = vector_rows(args.batches, args.vector_n, args.steps, args.repeats, cart_raw)
+    cart_end = cartpole(CartPoleEnv())
 
     print(f"{'env':<18} {'via':<9} {'N':>4} {'steps/s':>10} {'us/step':>9} {'x CartPole':>11}")
     for env_name, via, n, sec, ref in rows:
         print(f"{env_name:<18} {via:<9} {n!s:>4} {1 / sec:>10.0f} {sec * 1e6:>9.1f} "
               f"{sec / ref:>11.2f}")
+    print(f"\nper env step of B envs stepped together, N={args.vector_n} "
+          f"(x CartPole: raw CartPole step {cart_raw * 1e6:.1f} us; "
+          f"{cart_end * 1e6:.1f} us re-measured after the table)")
+    print(f"{'interface':<10} {'via':<14} {'B':>4} {'env steps/s':>12} {'us/env step':>12} "
+          f"{'x CartPole':>11}")
+    for name, via, b, sec, ref in vrows:
+        print(f"{name:<10} {via:<14} {b:>4} {1 / sec:>12.0f} {sec * 1e6:>12.2f} "
+              f"{sec / ref:>11.2f}")
+    print(_load(), "(end)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@ Run:  .venv/bin/python -m experiments.bench_training [--iters 3] [--batch 2000] 
 (with --runners 0 sampling happens in the driver, so the sampling share is measured;
 with remote runners it reads 0).
 
+      .venv/bin/python -m experiments.bench_training --sampling [--envs-per-runner 32]
+measures sampling alone (issue 18): env steps/s of one RLlib env runner
+(``SingleAgentEnvRunner.sample``, exploring, in this process) over B envs at N=50, with
+``TrainConfig(batched_env=False)`` (gymnasium's SyncVectorEnv of the single env, the
+previous default) and ``batched_env=True`` (envs.vector_env), for masked PPO (flat) and
+BDQ (branching); best of ``--iters`` timed calls after a warm-up call.
+
 Target (issue 3): the cluster env is not the bottleneck (>= CartPole's rate).
 Results to expect: see the README table (measured in this change on the
 2-core machine).
@@ -91,6 +98,44 @@ def time_algo(algo, iters: int, env_cls) -> tuple[float, float, float]:
             env_timer.seconds / elapsed)
 
 
+def sampling_rate(algo: str, batched: bool, n_envs: int, n_servers: int, iters: int,
+                  steps_per_env: int = 40) -> tuple[str, float]:
+    """(env class the runner stepped, best env steps/s of ``runner.sample``)."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from cloudrl.training import TrainConfig, build_algo_config
+
+    tc = TrainConfig(algo=algo, env={"n_servers": n_servers}, envs_per_runner=n_envs,
+                     batched_env=batched)
+    runner = SingleAgentEnvRunner(config=build_algo_config(tc))
+    runner.sample(num_timesteps=n_envs * 10, explore=True)  # warm-up (compile, first resets)
+    best = 0.0
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        episodes = runner.sample(num_timesteps=n_envs * steps_per_env, explore=True)
+        elapsed = time.perf_counter() - t0
+        best = max(best, sum(len(e) for e in episodes) / elapsed)
+    kind = type(runner.env.unwrapped).__name__
+    runner.stop()
+    return kind, best
+
+
+def sampling_main(args) -> None:
+    import os
+
+    print("load average:", os.getloadavg(), "(start)", flush=True)
+    rows = [(algo, batched, *sampling_rate(algo, batched, args.envs_per_runner,
+                                           args.n_servers, args.iters))
+            for algo in ("ppo", "bdq") for batched in (False, True)]
+    print(f"\nsampling only: one env runner in the driver, {args.envs_per_runner} envs, "
+          f"N={args.n_servers}, best of {args.iters} calls")
+    print(f"{'algo':<5} {'env runner steps':<28} {'env steps/s':>12} {'vs sync':>8}")
+    for algo, _batched, kind, rate in rows:
+        ref = next(r for a, b, _, r in rows if a == algo and not b)
+        print(f"{algo:<5} {kind:<28} {rate:>12.0f} {rate / ref:>7.2f}x")
+    print("load average:", os.getloadavg(), "(end)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=3)
@@ -98,13 +143,19 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=0)
     parser.add_argument("--n-servers", type=int, default=50)
     parser.add_argument("--envs-per-runner", type=int, default=1)
+    parser.add_argument("--sampling", action="store_true",
+                        help="time one env runner's sampling, sync vs batched env (issue 18)")
     args = parser.parse_args()
+    if args.sampling:
+        sampling_main(args)
+        return
 
     from gymnasium.envs.classic_control import CartPoleEnv
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from cloudrl.training import TrainConfig, build_algo_config
     from envs.cluster_env import ClusterSchedulingEnv
+    from envs.vector_env import ClusterSchedulingVectorEnv
 
     ray.init(num_cpus=2, include_dashboard=False)
     rows = []
@@ -118,8 +169,9 @@ def main() -> None:
                      num_env_runners=args.runners)
     cluster = _ppo_common(build_algo_config(tc), args.batch, args.runners, args.envs_per_runner)
     algo = cluster.build_algo()
+    env_cls = ClusterSchedulingVectorEnv if tc.batched_env else ClusterSchedulingEnv
     rows.append((f"cluster flat N={args.n_servers} (masked PPO)",
-                 *time_algo(algo, args.iters, ClusterSchedulingEnv)))
+                 *time_algo(algo, args.iters, env_cls)))
     algo.stop()
     ray.shutdown()
 

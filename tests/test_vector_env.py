@@ -167,3 +167,71 @@ def test_rllib_creator_builds_the_vector_env_with_reward_scale():
     wait = np.full(2, plain.single_action_space.n - 1)
     scaled, raw = vec.step(wait)[1], plain.step(wait)[1]
     assert np.array_equal(scaled, raw * 0.01) and (raw < 0).all()
+
+
+# --------------------------------------------------------------------------- RLlib
+TINY_HPARAMS = {
+    "ppo": {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1},
+    "dqn": {"train_batch_size_per_learner": 16, "num_steps_sampled_before_learning_starts": 64},
+    "bdq": {"train_batch_size_per_learner": 16, "num_steps_sampled_before_learning_starts": 64},
+    "appo": {"train_batch_size_per_learner": 64},
+    "impala": {"train_batch_size_per_learner": 64},
+    "apex_bdq": {"train_batch_size_per_learner": 16,
+                 "num_steps_sampled_before_learning_starts": 100, "num_cpus_per_replay_shard": 0},
+}
+SMALL = {"n_servers": 5, "sim": {"episode_length": 20}}
+
+
+def test_train_config_runs_the_batched_env_only_where_it_applies():
+    from cloudrl.training import TrainConfig, build_algo_config
+
+    def mode(**kwargs):
+        return str(build_algo_config(TrainConfig(env=SMALL, **kwargs)).gym_env_vectorize_mode)
+
+    assert mode(algo="ppo") == mode(algo="bdq") == "vector_entry_point"
+    assert mode(algo="ppo", batched_env=False) == "sync"
+    assert mode(algo="gated_dqn") == "sync"  # its env is the gated controller
+    assert mode(algo="hierarchical") == "sync"  # multi-agent
+
+
+def test_rllib_env_runner_samples_the_batched_env():
+    """RLlib's own env runner builds the batched env from the registered name and samples
+    whole episodes from it (reward scaled, cluster infos present)."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from cloudrl.training import TrainConfig, build_algo_config
+
+    cfg = TrainConfig(algo="bdq", env=SMALL, envs_per_runner=3, hidden=8, reward_scale=0.5)
+    runner = SingleAgentEnvRunner(config=build_algo_config(cfg))
+    assert isinstance(runner.env.unwrapped, ClusterBranchingVectorEnv)
+    episodes = runner.sample(num_episodes=3, random_actions=True)
+    done = [e for e in episodes if e.is_done]
+    assert len(done) >= 3 and all(len(e) == 20 for e in done)
+    infos = done[0].get_infos()
+    assert "episode_seed" in infos[0] and "energy_kwh" in infos[1]
+    raw = sum(float(i["r_energy"] + i["r_sla"] + i["r_toggle"] + i["r_invalid"])
+              for i in infos[1:])
+    assert done[0].get_return() == pytest.approx(0.5 * raw)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("algo", sorted(TINY_HPARAMS))
+def test_each_algorithm_trains_an_iteration_on_the_batched_env(algo):
+    from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
+
+    runners = 1 if algo == "apex_bdq" else 0
+    cfg = TrainConfig(algo=algo, env=SMALL, envs_per_runner=4, hidden=16,
+                      num_env_runners=runners, hparams=TINY_HPARAMS[algo])
+    algorithm = build_algo_config(cfg).build_algo()
+    try:
+        result = algorithm.train()
+        kinds = algorithm.env_runner_group.foreach_env_runner(
+            lambda r: type(r.env.unwrapped).__name__ if r.env is not None else None,
+            local_env_runner=runners == 0)
+        want = (ClusterBranchingVectorEnv if cfg.interface() == "branching"
+                else ClusterSchedulingVectorEnv).__name__
+        assert want in kinds
+        assert env_steps_of(result) > 0
+    finally:
+        algorithm.stop()
