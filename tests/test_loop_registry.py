@@ -116,3 +116,24 @@ def test_the_service_loads_a_policy_by_registry_uri(uri, tmp_path, monkeypatch):
     assert ServedPolicy(f"models:/cloudrl-policy/{v_flat}", "v3", env, "flat").interface == "flat"
     with pytest.raises(PolicySpecError, match="no alias 'gone'"):
         ServedPolicy("models:/cloudrl-policy@gone", "v4", env, "flat")
+
+
+def test_register_command_prints_the_uri_and_refuses_a_non_checkpoint(uri, tmp_path, capsys):
+    from cloudrl.cli import main
+
+    ck = tmp_path / "ck"
+    (ck / "learner_group" / "learner" / "rl_module" / "default_policy").mkdir(parents=True)
+    (ck / "cloudrl.json").write_text('{"algo": "dqn"}')
+    assert main(["loop", "register", str(ck), "--alias", "challenger", "--tracking-uri", uri,
+                 "--eval-table", '{"reward_mean": -5.0}']) == 0
+    printed = capsys.readouterr().out.strip()
+    version = registry.alias_version(registry.POLICY_MODEL, "challenger", tracking_uri=uri)
+    assert printed == f"models:/cloudrl-policy/{version} @challenger"
+    assert registry.get_version(registry.POLICY_MODEL, version,
+                                tracking_uri=uri).eval_table == {"reward_mean": -5.0}
+    (tmp_path / "plain").mkdir()
+    assert main(["loop", "register", str(tmp_path / "plain"), "--tracking-uri", uri]) == 2
+    assert "not a cloudrl checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["loop", "register", str(ck), "--eval-table", "[1]"])
+    assert exc.value.code == 2 and "--eval-table" in capsys.readouterr().err

@@ -36,7 +36,8 @@ def make_checkpoint(out: Path, algo: str, seed: int = 0, hidden: int = 16,
     return out
 
 
-def operator_pairs(n: int, interface: str, seed0: int = 0, steps: int = 6) -> list[dict]:
+def operator_pairs(n: int, interface: str, seed0: int = 0, steps: int = 6,
+                   env_config: dict | None = None) -> list[dict]:
     """Simulated operator judgements: two heuristics from the same state, the one with the
     larger true env reward over the segment preferred (trajectories as the service gets)."""
     from cloudrl.alignment.recording import make_env
@@ -48,7 +49,8 @@ def operator_pairs(n: int, interface: str, seed0: int = 0, steps: int = 6) -> li
     for i in range(n):
         sides = []
         for name in (names[0], names[1 + i % 3]):
-            env, policy = make_env(ENV, interface), make_heuristic(name, interface)
+            env = make_env(env_config or ENV, interface)
+            policy = make_heuristic(name, interface)
             obs, _ = env.reset(seed=seed0 + i)
             policy.reset()
             body, total = [], 0.0

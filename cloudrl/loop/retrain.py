@@ -425,7 +425,10 @@ def retrain(cfg: RetrainConfig, log: Any = print) -> RetrainResult:
                 "env steps on the learned reward")
             cand = fine_tune(champ_path, (model, spec), all_pairs, cfg, work / "policy")
         result.candidate = str(cand)
-        table = validate({"champion": champ_path, "candidate": cand}, env_config, cfg)
+        try:
+            table = validate({"champion": champ_path, "candidate": cand}, env_config, cfg)
+        except ValueError as e:  # a candidate for another fleet or queue layout
+            raise ConfigError(f"--candidate {cand}: {e}") from None
         result.validation = table
         c_mean, k_mean = table["candidate"]["reward_mean"], table["champion"]["reward_mean"]
         tracking.log_metrics(client, run_id, {"val/champion_reward": k_mean,
