@@ -303,8 +303,8 @@ def restore(src: str | Path, into: str | Path) -> dict[str, Any]:
         raise
     steps = []
     if "feedback_db" in manifest["sources"]:
-        steps.append(f"feedback database: {target / FEEDBACK_FILE} (serve with "
-                     f"CLOUDRL__STATE_DB={target / FEEDBACK_FILE})")
+        steps.append(f"feedback database: {target / FEEDBACK_FILE} (cloudrl serve "
+                     f"--state-db {target / FEEDBACK_FILE})")
     if reg is not None:
         steps.append(f"registry: export MLFLOW_TRACKING_URI=sqlite:///{target / REGISTRY_DB}")
     for rel, spec in manifest["sources"].get("checkpoints", {}).items():
