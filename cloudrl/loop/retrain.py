@@ -37,6 +37,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,8 +375,10 @@ def retrain(cfg: RetrainConfig, log: Any = print) -> RetrainResult:
     result = RetrainResult(decision="no_new_feedback", reason="", watermark=mark,
                            new_rows=[min(new_ids), max(new_ids)] if new_ids else [],
                            champion_version=champ.version)
-    work = Path(cfg.out) / f"retrain-{time.strftime('%Y%m%d-%H%M%S')}-v{champ.version}"
-    work.mkdir(parents=True, exist_ok=True)
+    # a fresh directory per run: two runs in the same second must not share pair files
+    work = Path(cfg.out) / (f"retrain-{time.strftime('%Y%m%d-%H%M%S')}-v{champ.version}-"
+                            f"{uuid.uuid4().hex[:6]}")
+    work.mkdir(parents=True)
     new, new_sum = _export(db, new_ids, work / "pairs_new", env_config, interface,
                            cfg.segment_length)
     old, old_sum = _export(db, old_ids, work / "pairs_old", env_config, interface,
@@ -397,6 +400,7 @@ def retrain(cfg: RetrainConfig, log: Any = print) -> RetrainResult:
             client.set_tag(run_id, "loop.reason", result.reason[:5000])
             client.set_tag(run_id, WATERMARK_TAG, str(mark))  # unusable rows stay pending
             log(f"retrain: nothing to do: {result.reason}")
+            shutil.rmtree(work, ignore_errors=True)
             return result
         # reward model
         rm = registry.alias_version(cfg.reward_model, registry.CHAMPION, tracking_uri=uri)
