@@ -73,79 +73,153 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from cloudrl.offline.config import OfflineConfig
-from cloudrl.offline.dataset import format_summary, read_dataset, record_dataset, summarize
+from cloudrl.offline.dataset import (
+    DatasetError,
+    format_summary,
+    read_dataset,
+    record_dataset,
+    subset_dataset,
+    summarize,
+)
 from cloudrl.offline.evaluation import evaluate, format_rows
 from cloudrl.offline.train import dataset_budget, train
 
 HEURISTICS = ["power_aware", "sjf", "ffd", "round_robin"]
+BEST = "power_aware"  # the best behaviour on every dataset this script records (checked)
+
+# arm -> (dataset, budget fraction, train overrides); every arm is retrained each run
+ARMS: dict[str, tuple[str, float, dict[str, Any]]] = {
+    "cql_lag": ("data", 1.0, {}),
+    "cql_lag_half": ("data", 0.5, {}),
+    "no_filter": ("data", 1.0, {"support_threshold": 0.0}),  # the agent before the fix
+    "abl_cost_cql": ("data", 1.0, {"cql_cost_alpha": 1.0}),  # cause 2: CQL on cost
+    "abl_plain_dual": ("data", 1.0, {"lagrange_mode": "plain", "lagrange_warmup": 0,
+                                     "lagrange_lr": 2.0}),  # cause 3: raw dual ascent
+    "abl_no_feasible": ("infeasible", 1.0, {}),  # cause 1: no feasible behaviour
+    "bc": ("data", 1.0, {"algo": "bc"}),
+    "marwil": ("data", 1.0, {"algo": "marwil"}),
+    "bc_safe": ("safe", 1.0, {"algo": "bc"}),  # OSRL's BC-Safe: BC on episodes <= B
+    "bc_safe_half": ("safe_half", 0.5, {"algo": "bc"}),
+}
+
+
+def datasets(root: Path, budget: float) -> dict[str, Path | None]:
+    """The full dataset and its subsets (None where a subset is empty)."""
+    out: dict[str, Path | None] = {"data": root / "data"}
+    for name, kw in (("safe", {"max_cost": budget}), ("safe_half", {"max_cost": budget / 2}),
+                     ("infeasible", {"min_cost": budget + 1e-6, "drop_behaviours": [BEST]})):
+        path = root / f"data_{name}"
+        if not path.exists():
+            try:
+                summary = subset_dataset(root / "data", path, **kw)
+            except DatasetError as exc:
+                print(f"subset {name}: {exc}", flush=True)
+                out[name] = None
+                continue
+        else:
+            summary = summarize(read_dataset(path))
+        print(f"subset {name}: {summary['episodes']} episodes, behaviours "
+              f"{[r['policy'] for r in summary['behaviours']]}", flush=True)
+        out[name] = path
+    return out
+
+
+def run_workload(args: argparse.Namespace, workload: str) -> dict[str, Any]:
+    t0 = time.time()
+    tag = f"{workload}_n{args.n_servers}"
+    root = Path(args.out) / tag
+    env = {"n_servers": args.n_servers, "workload": {"kind": workload},
+           "sim": {"episode_length": args.episode_length}}
+    if not (root / "data").exists():
+        record_dataset(root / "data", HEURISTICS, env_config=env, episodes=args.episodes,
+                       epsilons=args.epsilons)
+    summary = summarize(read_dataset(root / "data"))
+    print(format_summary(summary), flush=True)
+    plain = [r for r in summary["behaviours"] if "+eps" not in r["policy"]]
+    best = max(plain, key=lambda r: r["mean_return"])["policy"]
+    budget = dataset_budget(summary)
+    print(f"{workload}: best behaviour {best}, budget B = {budget:g}", flush=True)
+    data = datasets(root, budget)
+    base = {"iterations": args.iterations, "hidden": args.hidden, "budget": budget,
+            "train_batch_size": args.batch, "num_epochs": args.epochs, "gamma": args.gamma,
+            "tau": args.tau, "lagrange_warmup": args.warmup, "lr": args.lr}
+    report: dict[str, Any] = {"workload": workload, "dataset": summary, "budget": budget,
+                              "best_behaviour": best, "arms": {}, "tables": {}}
+    specs: dict[str, str] = {}
+    for arm in args.arms:
+        source, fraction, over = ARMS[arm]
+        if data.get(source) is None:
+            print(f"{arm}: skipped (no {source} episodes)", flush=True)
+            continue
+        t = time.time()
+        cfg = OfflineConfig.model_validate({"env": env, "mlflow": False, "train": {
+            **base, "data": str(data[source]), "budget_fraction": fraction, **over,
+            "out": str(root / arm)}})
+        ck, metrics, b = train(cfg)
+        specs[arm] = str(ck)
+        report["arms"][arm] = {"budget": b, "seconds": round(time.time() - t),
+                               "last_metrics": metrics, "data": source}
+        print(f"{arm}: trained in {time.time() - t:.0f} s, budget {b:g}, last metrics "
+              f"{json.dumps({k: round(v, 4) for k, v in metrics.items()})}", flush=True)
+    names = list(specs) + HEURISTICS
+    t = time.time()
+    rows = evaluate(list(specs.values()) + HEURISTICS, OfflineConfig.model_validate(
+        {"env": env}).env, budget, args.n_seeds, names=names, keep_costs=True)
+    report["eval_seconds"] = round(time.time() - t)
+    for fraction in (1.0, 0.5):
+        b = budget * fraction
+        table = [renormalise(r, b) for r in rows if shown_at(r["policy"], fraction)]
+        print(format_rows(table, b), flush=True)
+        report["tables"][f"{b:g}"] = table
+    report["seconds"] = round(time.time() - t0)
+    return report
+
+
+def shown_at(name: str, fraction: float) -> bool:
+    """Heuristics, BC and MARWIL (no budget) in both tables; a budgeted arm in its own."""
+    if name not in ARMS or name in ("bc", "marwil"):
+        return True
+    return ARMS[name][1] == fraction
+
+
+def renormalise(row: dict[str, Any], budget: float) -> dict[str, Any]:
+    """``row`` with normalised cost and the within-budget share for ``budget``."""
+    from cloudrl.offline.evaluation import within_budget
+
+    return {**row, "normalized_cost": row["cost"] / budget,
+            "within_budget": within_budget(row["costs"], budget),
+            "within_budget_ci": within_budget(row["costs"], budget, ci=True)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workload", default="poisson", choices=("poisson", "google_v2_like"))
-    p.add_argument("--n-servers", type=int, default=5)
+    p.add_argument("--workloads", nargs="+", default=["poisson"],
+                   choices=("poisson", "google_v2_like"))
+    p.add_argument("--n-servers", type=int, default=15)
     p.add_argument("--episode-length", type=int, default=200)
     p.add_argument("--episodes", type=int, default=3, help="per (policy, ε)")
     p.add_argument("--epsilons", type=float, nargs="+", default=[0.0, 0.2, 0.5])
-    p.add_argument("--iterations", type=int, default=60)
-    p.add_argument("--n-seeds", type=int, default=10)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--epochs", type=int, default=4, help="passes over each sampled batch")
+    p.add_argument("--n-seeds", type=int, default=20)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--batch", type=int, default=1024, help="transitions per iteration")
-    p.add_argument("--gamma", type=float, default=0.95)
-    p.add_argument("--tau", type=float, default=0.05, help="Polyak rate of the target nets")
-    p.add_argument("--warmup", type=int, default=500, help="updates with λ frozen")
-    p.add_argument("--arms", nargs="+",
-                   default=["cql_lag", "cql_lag_half", "cql_cost_ablation", "bc", "marwil"])
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--gamma", type=float, default=0.9)
+    p.add_argument("--tau", type=float, default=0.1, help="Polyak rate of the target nets")
+    p.add_argument("--warmup", type=int, default=150, help="updates with λ frozen")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--out", default="results/bench_offline")
     args = p.parse_args(argv)
-    t0 = time.time()
-    tag = f"{args.workload}_n{args.n_servers}"
-    root = Path(args.out) / tag
-    env = {"n_servers": args.n_servers, "workload": {"kind": args.workload},
-           "sim": {"episode_length": args.episode_length}}
-    data = root / "data"
-    if not data.exists():
-        record_dataset(data, HEURISTICS, env_config=env, episodes=args.episodes,
-                       epsilons=args.epsilons)
-    summary = summarize(read_dataset(data))
-    print(format_summary(summary), flush=True)
-    budget = dataset_budget(summary)
-    base = {"env": env, "mlflow": False,
-            "train": {"data": str(data), "iterations": args.iterations, "hidden": args.hidden,
-                      "budget": budget, "train_batch_size": args.batch, "gamma": args.gamma,
-                      "tau": args.tau, "lagrange_warmup": args.warmup}}
-    arms = {"cql_lag": {}, "cql_lag_half": {"budget_fraction": 0.5},
-            "cql_cost_ablation": {"cql_cost_alpha": 1.0}, "bc": {"algo": "bc"},
-            "marwil": {"algo": "marwil"}}
-    checkpoints, budgets, lambdas = {}, {}, {}
-    for arm in args.arms:
-        cfg = OfflineConfig.model_validate(
-            {**base, "train": {**base["train"], **arms[arm], "out": str(root / arm)}})
-        t = time.time()
-        if (root / arm / "cloudrl.json").is_file():  # trained by an earlier run: reuse
-            meta = json.loads((root / arm / "cloudrl.json").read_text())
-            ck, metrics, b = root / arm, meta.get("last_metrics", {}), meta["budget"]
-        else:
-            ck, metrics, b = train(cfg)
-        checkpoints[arm], budgets[arm] = str(ck), b
-        lambdas[arm] = metrics.get("lagrange")
-        print(f"{arm}: trained in {time.time() - t:.0f} s, budget {b:g}, "
-              f"last metrics {json.dumps({k: round(v, 4) for k, v in metrics.items()})}",
-              flush=True)
-    env_cfg = OfflineConfig.model_validate({"env": env}).env
-    report = {"dataset": summary, "budget": budget, "lambdas": lambdas, "tables": {}}
-    for b in sorted({budget, budget / 2}, reverse=True):
-        names = [a for a in args.arms if budgets[a] == b or a in ("bc", "marwil")]
-        rows = evaluate([checkpoints[a] for a in names] + HEURISTICS, env_cfg, b,
-                        args.n_seeds, names=names + HEURISTICS)
-        print(format_rows(rows, b), flush=True)
-        report["tables"][str(b)] = rows
-    out = Path(f"results/bench_offline_{tag}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"wrote {out} in {time.time() - t0:.0f} s", flush=True)
+    for workload in args.workloads:
+        report = run_workload(args, workload)
+        out = Path(f"results/bench_offline_{workload}_n{args.n_servers}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1, default=str))
+        print(f"wrote {out} in {report['seconds']} s", flush=True)
     return 0
 
 

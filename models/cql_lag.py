@@ -1,22 +1,27 @@
-"""Constrained fitted-Q RLModule (flat, masked): a reward-Q head and a cost-Q head.
+"""Constrained fitted-Q RLModule (flat, masked): reward-Q, cost-Q and behaviour heads.
 
-``ClusterEncoder`` (shared) -> ``qr`` head Q_r(s, a) and ``qc`` head Q_c(s, a), each over
-the flat action space, plus target copies of all three. The Lagrange multiplier λ lives
-in the module as a buffer (``lagrange``; set by the learner, saved in checkpoints), so
-the module acts on its own: the policy is the argmax over VALID actions of
-``Q_r - λ·Q_c``. ``compute_q_values`` returns those masked scores as ``qf_preds``
-(what ``cloudrl.checkpoint_policy`` and the decision service read), and ``qr``/``qc``.
+``ClusterEncoder`` (shared) -> ``qr`` head Q_r(s, a), ``qc`` head Q_c(s, a) and ``bc``
+head (behaviour-cloned logits, BCQ's generative model), each over the flat action
+space, plus target copies of the encoder and both Q heads. The Lagrange multiplier λ
+and BCQ's support threshold τ live in the module as buffers (``lagrange``,
+``support_threshold``; set by the learner, saved in checkpoints), so the module acts on
+its own: the policy is the argmax of ``Q_r - λ·Q_c`` over the VALID actions whose
+behaviour-cloned probability is at least τ times the most likely valid action's
+(τ = 0: every valid action). ``compute_q_values`` returns those masked scores as
+``qf_preds`` (what ``cloudrl.checkpoint_policy`` and the decision service read), and
+``qr``/``qc``/``bc``.
 
-``_forward_train`` returns the unmasked online Q of the current observations (the loss
-gathers the data action and takes CQL's logsumexp over the valid ones), the online Q of
-the next observations (to pick the next action) and the target Q of the next
-observations, both heads each.
+``_forward_train`` returns the unmasked online Q and behaviour logits of the current
+observations (the loss gathers the data action and takes CQL's logsumexp over the valid
+ones), the online Q and behaviour logits of the next observations (to pick the next
+action) and the target Q of the next observations.
 
 ``model_config``: ``encoder`` (``EncoderConfig`` fields), ``head_hiddens`` (default (128,)).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -36,17 +41,29 @@ from models.encoders import (
 )
 from models.masked_ppo import flat_action_count
 
+NEG_INF = float("-inf")
+
 DEFAULT_HEAD_HIDDENS = (128,)
 QF_PREDS = "qf_preds"  # masked Q_r - λ·Q_c (the policy's scores)
-QR, QC = "qr", "qc"  # online heads on the current observations (unmasked)
-QR_NEXT, QC_NEXT = "qr_next", "qc_next"  # online heads on the next observations
+QR, QC, BC = "qr", "qc", "bc"  # online heads on the current observations (unmasked)
+QR_NEXT, QC_NEXT, BC_NEXT = "qr_next", "qc_next", "bc_next"  # ... on the next observations
 QR_TARGET_NEXT, QC_TARGET_NEXT = "qr_target_next", "qc_target_next"
 NEXT_FEASIBLE, FEASIBLE = "next_feasible", "feasible"
 
 
+def supported(bc_logits: torch.Tensor, feasible: torch.Tensor,
+              threshold: torch.Tensor | float) -> torch.Tensor:
+    """Valid actions with π_b(a|s) >= τ·max π_b(·|s) (τ <= 0: every valid action)."""
+    tau = float(threshold)
+    if tau <= 0:
+        return feasible
+    logp = torch.log_softmax(bc_logits.masked_fill(~feasible, NEG_INF), dim=-1)
+    return feasible & (logp >= logp.max(dim=-1, keepdim=True).values + math.log(tau))
+
+
 def policy_scores(qr: torch.Tensor, qc: torch.Tensor, lagrange: torch.Tensor | float,
                   feasible: torch.Tensor) -> torch.Tensor:
-    """``Q_r - λ·Q_c`` with invalid actions at ``FLOAT_MIN`` (argmax: the policy)."""
+    """``Q_r - λ·Q_c`` with unsupported actions at ``FLOAT_MIN`` (argmax: the policy)."""
     return (qr - lagrange * qc).masked_fill(~feasible, FLOAT_MIN)
 
 
@@ -65,7 +82,9 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
         self.encoder = ClusterEncoder(self.observation_space, enc_cfg)
         self.qr_head = head(enc_cfg.hidden, hiddens, n_actions, enc_cfg.activation)
         self.qc_head = head(enc_cfg.hidden, hiddens, n_actions, enc_cfg.activation)
+        self.bc_head = head(enc_cfg.hidden, hiddens, n_actions, enc_cfg.activation)
         self.register_buffer("lagrange", torch.zeros(()))
+        self.register_buffer("support_threshold", torch.zeros(()))
 
     # -- InferenceOnlyAPI / TargetNetworkAPI ------------------------------------------
     def get_non_inference_attributes(self) -> list[str]:
@@ -86,16 +105,18 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
             return {QR: self._target_qr(emb), QC: self._target_qc(emb)}
 
     # -- heads --------------------------------------------------------------------------
-    def heads(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unmasked online (Q_r, Q_c), each (B, A)."""
+    def heads(self, obs: dict[str, torch.Tensor]
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Unmasked online (Q_r, Q_c, behaviour logits), each (B, A)."""
         emb = self.encoder(obs)
-        return self.qr_head(emb), self.qc_head(emb)
+        return self.qr_head(emb), self.qc_head(emb), self.bc_head(emb)
 
     def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:
         obs = batch[Columns.OBS]
-        qr, qc = self.heads(obs)
-        return {QF_PREDS: policy_scores(qr, qc, self.lagrange, feasible_actions(obs)),
-                QR: qr, QC: qc}
+        qr, qc, bc = self.heads(obs)
+        allowed = supported(bc, feasible_actions(obs), self.support_threshold)
+        return {QF_PREDS: policy_scores(qr, qc, self.lagrange, allowed),
+                QR: qr, QC: qc, BC: bc}
 
     # -- forward passes ---------------------------------------------------------------
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -110,11 +131,13 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
             raise RuntimeError("forward_train on an inference-only CQLLagTorchRLModule")
         obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
         both = {k: torch.cat([obs[k], next_obs[k]], dim=0) for k in obs}
-        qr, qc = self.heads(both)
+        qr, qc, bc = self.heads(both)
         qr_curr, qr_next = torch.chunk(qr, 2, dim=0)
         qc_curr, qc_next = torch.chunk(qc, 2, dim=0)
+        bc_curr, bc_next = torch.chunk(bc, 2, dim=0)
         target = self.forward_target({Columns.OBS: next_obs})
-        return {QR: qr_curr, QC: qc_curr, QR_NEXT: qr_next.detach(),
-                QC_NEXT: qc_next.detach(), QR_TARGET_NEXT: target[QR],
+        return {QR: qr_curr, QC: qc_curr, BC: bc_curr, QR_NEXT: qr_next.detach(),
+                QC_NEXT: qc_next.detach(), BC_NEXT: bc_next.detach(),
+                QR_TARGET_NEXT: target[QR],
                 QC_TARGET_NEXT: target[QC], FEASIBLE: feasible_actions(obs),
                 NEXT_FEASIBLE: feasible_actions(next_obs)}

@@ -153,3 +153,27 @@ def _ffd():
 def test_test_seeds_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a train seed"):
         record_dataset(tmp_path, ["ffd"], env_config=SMALL_ENV, episodes=1, seeds=[1_000_000])
+
+
+def test_subsets_keep_the_episodes_asked_for_and_every_step_gets_its_episode_cost(
+        dataset, tmp_path):
+    from cloudrl.algorithms.cql_lag.offline_data import EPISODE_COST_KEY, with_episode_cost
+    from cloudrl.offline.dataset import subset_dataset
+
+    eps = read_dataset(dataset)
+    costs = sorted(episode_cost(e) for e in eps)
+    cut = costs[len(costs) // 2]
+    safe = subset_dataset(dataset, tmp_path / "safe", max_cost=cut)
+    assert safe["episodes"] == sum(c <= cut for c in costs)
+    assert all(episode_cost(e) <= cut for e in read_dataset(tmp_path / "safe"))
+    rest = subset_dataset(dataset, tmp_path / "rest", min_cost=cut + 1e-6,
+                          drop_behaviours=["power_aware"])
+    kept = read_dataset(tmp_path / "rest")
+    assert len(kept) == rest["episodes"] == sum(
+        episode_cost(e) > cut and not e.custom_data["behaviour"].startswith("power_aware")
+        for e in eps)
+    with pytest.raises(DatasetError, match="no episode"):
+        subset_dataset(dataset, tmp_path / "none", max_cost=-1.0)
+    ep = with_episode_cost(eps[0])
+    assert {ep.get_infos(t)[EPISODE_COST_KEY] for t in range(len(ep) + 1)} == {
+        episode_cost(ep)}

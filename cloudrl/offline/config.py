@@ -45,19 +45,31 @@ class TrainSection(_Strict):
     iterations: int = Field(100, ge=1, description="training iterations")
     train_batch_size: int = Field(1024, ge=8, description="transitions per iteration")
     minibatch_size: int = Field(256, ge=8)
+    num_epochs: int = Field(1, ge=1, description="passes over each sampled batch")
+    torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads of the "
+                                      "(local) learner; None: torch's default")
     lr: float = Field(3e-4, gt=0)
     gamma: float = Field(0.95, gt=0, lt=1, description="0.95: the cost critic converges "
                          "in ~1,000 updates (Q_c = c/(1-γ) needs ~1/(τ(1-γ)) of them)")
     cql_alpha: float = Field(1.0, ge=0)
     cql_cost_alpha: float = Field(0.0, ge=0, description="CQL on the cost head (ablation)")
     reward_scale: float = Field(0.01, gt=0)
-    lagrange_mode: Literal["dual", "pid"] = "dual"
+    lagrange_mode: Literal["dual", "pid", "plain"] = Field(
+        "dual", description="plain: the source's unnormalised dual ascent (ablation)")
     lagrange_init: float = Field(0.1, gt=0)
     lagrange_lr: float = Field(0.01, gt=0)
     lagrange_max: float = Field(100.0, gt=0)
     lagrange_warmup: int = Field(500, ge=0, description="updates with λ frozen")
     tau: float = Field(0.05, gt=0, le=1, description="Polyak rate of the target networks")
     target_network_update_freq: int = Field(1, ge=1)
+    support_threshold: float = Field(0.3, ge=0, le=1, description="BCQ's filter: only "
+                                     "actions with behaviour-cloned prob >= τ·max; 0: all")
+    support_data: Literal["safe", "all"] = Field(
+        "safe", description="the behaviour head learns from: episodes within the budget "
+        "(safe) or all")
+    bc_weight: float = Field(1.0, ge=0, description="the behaviour head's cross-entropy")
+    cost_upper_alpha: float = Field(0.0, ge=0, description="raises Q_c off the data "
+                                    "(pessimism on cost in the right direction)")
     hidden: int = Field(64, ge=4)
     seed: int = 0
     out: str = "results/offline/cql_lag"

@@ -293,6 +293,36 @@ def summary_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def subset_dataset(src: str | Path, dst: str | Path, *, max_cost: float | None = None,
+                   min_cost: float | None = None,
+                   drop_behaviours: Sequence[str] = ()) -> dict[str, Any]:
+    """Write the episodes of ``src`` with cost in [``min_cost``, ``max_cost``] whose
+    behaviour does not start with any of ``drop_behaviours`` to ``dst``; returns the
+    subset's :func:`summarize`. BC-Safe's data (``max_cost`` = the budget) and the
+    no-feasible-behaviour ablation (``min_cost`` above the budget, the best behaviour
+    dropped). An empty subset is a :class:`DatasetError`."""
+    kept = []
+    for ep in read_dataset(src):
+        cost = episode_cost(ep)
+        name = str(ep.custom_data.get("behaviour", "?"))
+        if max_cost is not None and cost > max_cost:
+            continue
+        if min_cost is not None and cost < min_cost:
+            continue
+        if any(name.startswith(b) for b in drop_behaviours):
+            continue
+        kept.append(ep)
+    if not kept:
+        raise DatasetError(f"{src}: no episode with cost in [{min_cost}, {max_cost}] "
+                           f"outside {list(drop_behaviours)}")
+    by_name: dict[str, list[Any]] = defaultdict(list)
+    for ep in kept:
+        by_name[str(ep.custom_data.get("behaviour", "?"))].append(ep)
+    for name, eps in by_name.items():
+        write_episodes(eps, dst, prefix=f"episodes-{name}", episodes_per_file=len(eps))
+    return summarize(kept)
+
+
 def per_behaviour_costs(episodes: Sequence[Any]) -> dict[str, list[float]]:
     """Episode costs grouped by behaviour name."""
     out: dict[str, list[float]] = defaultdict(list)

@@ -23,7 +23,8 @@ from cloudrl.offline.config import OfflineConfig
 from cloudrl.offline.dataset import read_dataset, summarize
 
 LEARNER_KEYS = ("lagrange", "cost_estimate", "cost_threshold", "td_reward", "td_cost",
-                "cql_reward", "cql_cost", "q_reward", "q_cost", "loss", "policy_loss",
+                "cql_reward", "cql_cost", "q_reward", "q_cost", "bc", "cost_upper",
+                "supported_actions", "loss", "policy_loss",
                 "vf_loss", "total_loss")
 
 
@@ -61,7 +62,10 @@ def build_config(cfg: OfflineConfig, budget: float) -> Any:
             reward_scale=t.reward_scale, lagrange_mode=t.lagrange_mode,
             lagrange_init=t.lagrange_init, lagrange_lr=t.lagrange_lr,
             lagrange_max=t.lagrange_max, lagrange_warmup=t.lagrange_warmup, tau=t.tau,
-            target_network_update_freq=t.target_network_update_freq)
+            target_network_update_freq=t.target_network_update_freq,
+            support_threshold=t.support_threshold, support_data=t.support_data,
+            bc_weight=t.bc_weight,
+            cost_upper_alpha=t.cost_upper_alpha)
         config.rl_module(model_config=model)
     else:
         from ray.rllib.algorithms.bc import BCConfig
@@ -76,7 +80,7 @@ def build_config(cfg: OfflineConfig, budget: float) -> Any:
     config.offline_data(input_=[str(Path(t.data).resolve())], input_read_episodes=True,
                         offline_data_class=LocalEpisodeData, dataset_num_iters_per_learner=1)
     config.training(lr=t.lr, gamma=t.gamma, train_batch_size_per_learner=t.train_batch_size,
-                    minibatch_size=t.minibatch_size)
+                    minibatch_size=t.minibatch_size, num_epochs=t.num_epochs)
     config.debugging(seed=t.seed)
     return config
 
@@ -111,6 +115,10 @@ def train(cfg: OfflineConfig, on_iteration: Callable[[int, dict], None] | None =
     No Ray cluster is started: the learner is local and the pre-learner runs in the
     driver (``LocalEpisodeData``).
     """
+    if cfg.train.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.train.torch_threads)  # small nets: 1 thread is fastest
     episodes = read_dataset(cfg.train.data)
     summary = summarize(episodes)
     del episodes

@@ -1,4 +1,5 @@
-"""Learner connector piece: the per-step ``cost`` of each step's infos as a batch column."""
+"""Learner connector piece: the per-step ``cost`` of each step's infos as a batch column,
+and the whole episode's cost (``episode_cost``, when the data loader put it there)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from cloudrl.offline.dataset import COST_KEY
 
 COSTS = "costs"  # the train batch column
+EPISODE_COSTS = "episode_costs"  # the cost of the episode the step belongs to (0: unknown)
 
 
 class AddCostsFromInfos(ConnectorV2):
@@ -26,6 +28,10 @@ class AddCostsFromInfos(ConnectorV2):
             n = len(ep)
             infos = [ep.get_infos(t + 1) for t in range(n)]
             costs = np.asarray([float(i[COST_KEY]) for i in infos], dtype=np.float32)
+            totals = np.asarray([float(i.get("episode_cost", 0.0)) for i in infos],
+                                dtype=np.float32)
             self.add_n_batch_items(batch, COSTS, items_to_add=costs, num_items=n,
+                                   single_agent_episode=ep)
+            self.add_n_batch_items(batch, EPISODE_COSTS, items_to_add=totals, num_items=n,
                                    single_agent_episode=ep)
         return batch

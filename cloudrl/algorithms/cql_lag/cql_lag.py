@@ -14,7 +14,9 @@ the discrete, constrained variant, built like RLlib's offline algorithms (BC, MA
 * module: :class:`models.cql_lag.CQLLagTorchRLModule` (reward-Q and cost-Q heads, λ);
 * learner: :class:`~.cql_lag_learner.CQLLagTorchLearner`;
 * training step: one offline batch of ``train_batch_size_per_learner`` transitions per
-  iteration, split into ``minibatch_size`` updates.
+  iteration, ``num_epochs`` passes over it in ``minibatch_size`` updates (sampling
+  whole-episode rows costs more than an update on a small machine, so each sampled
+  batch serves several updates).
 
 The constraint: a per-episode SLA budget B (violations per episode, DSRL's convention) of
 episodes of T steps becomes the per-step threshold d = B / T; the learner compares it with
@@ -52,7 +54,8 @@ from cloudrl.algorithms.cql_lag.offline_data import LocalEpisodeData
 TRAINING_KEYS = ("cql_alpha", "cql_cost_alpha", "cost_budget", "episode_length",
                  "reward_scale", "cost_scale", "lagrange_mode", "lagrange_init",
                  "lagrange_lr", "lagrange_min", "lagrange_max", "pid_kp", "pid_ki",
-                 "pid_kd", "lagrange_warmup", "tau", "target_network_update_freq")
+                 "pid_kd", "lagrange_warmup", "tau", "target_network_update_freq",
+                 "support_threshold", "support_data", "bc_weight", "cost_upper_alpha")
 
 
 class CQLLagConfig(AlgorithmConfig):
@@ -65,8 +68,15 @@ class CQLLagConfig(AlgorithmConfig):
     ``lagrange_init`` (0.1), ``lagrange_lr`` (η of the dual step, 0.01),
     ``lagrange_min``/``lagrange_max`` (1e-3, 100), ``pid_kp``/``pid_ki``/``pid_kd``,
     ``lagrange_warmup`` (updates with λ frozen while the cost critic learns, 500),
-    ``tau`` (Polyak rate of the target networks, 0.05; 1.0 = copy) and
-    ``target_network_update_freq`` (updates between target updates, 1).
+    ``tau`` (Polyak rate of the target networks, 0.05; 1.0 = copy),
+    ``target_network_update_freq`` (updates between target updates, 1),
+    ``support_threshold`` (BCQ's τ: only actions with behaviour-cloned probability >=
+    τ·max; 0.3; 0 = every valid action), ``support_data`` ("safe": the behaviour head
+    learns from the episodes within ``cost_budget`` only, OSRL's BC-Safe as BCQ's
+    generative model; "all": every episode), ``bc_weight`` (the behaviour head's
+    cross-entropy, 1.0) and ``cost_upper_alpha`` (the upward cost penalty on
+    out-of-data actions, 0 = off). ``lagrange_mode`` "plain" is the source's unnormalised
+    dual ascent (the saturation ablation).
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -92,6 +102,10 @@ class CQLLagConfig(AlgorithmConfig):
         self.lagrange_warmup = 500
         self.tau = 0.05
         self.target_network_update_freq = 1
+        self.support_threshold = 0.3
+        self.support_data = "safe"
+        self.bc_weight = 1.0
+        self.cost_upper_alpha = 0.0
         # offline data: whole episodes, one local learner, the pre-learner in the driver
         self.input_read_episodes = True
         self.dataset_num_iters_per_learner = 1
@@ -150,6 +164,12 @@ class CQLLagConfig(AlgorithmConfig):
         if self.lagrange_warmup < 0:
             self._value_error(f"lagrange_warmup must be >= 0 updates, got "
                               f"{self.lagrange_warmup}")
+        if not 0 <= self.support_threshold <= 1:
+            self._value_error(f"support_threshold must be in [0, 1], got "
+                              f"{self.support_threshold}")
+        if self.support_data not in ("safe", "all"):
+            self._value_error(f"support_data must be 'safe' or 'all', got "
+                              f"{self.support_data!r}")
         if not 0 < self.tau <= 1:
             self._value_error(f"tau must be in (0, 1], got {self.tau}")
         self.lagrange_controller()  # raises on a bad mode or bounds
@@ -179,7 +199,8 @@ class CQLLag(Algorithm):
                 else TrainingData(batch=batch))
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
-                training_data=data, minibatch_size=cfg.minibatch_size, num_epochs=1,
+                training_data=data, minibatch_size=cfg.minibatch_size,
+                num_epochs=cfg.num_epochs,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
                     NUM_ENV_STEPS_SAMPLED_LIFETIME)},
                 **self.offline_data.iter_batches_kwargs)

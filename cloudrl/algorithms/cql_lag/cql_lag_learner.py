@@ -1,14 +1,18 @@
 """``CQLLagTorchLearner``: the constrained fitted-Q update and the multiplier's update.
 
 Each update: the losses of :mod:`.losses` on the batch (TD on both heads, CQL on the
-reward head, optionally on the cost head), one optimizer step on their sum, then one
+reward head, optionally on the cost head, BC of the behaviour head whose support
+filters the policy's actions, optionally the upward cost penalty), one optimizer step
+on their sum, then one
 step of the :class:`~.lagrange.LagrangeController` on the batch's cost estimate against
 the per-step threshold (λ frozen for the first ``lagrange_warmup`` updates); the new λ is
 written into the module's ``lagrange`` buffer (the policy the checkpoint serves). Target
 networks are Polyak-averaged, θ' ← τθ + (1-τ)θ' (``tau``, 0.05 by default), every
 ``target_network_update_freq`` updates (1 by default; ``tau`` = 1 is a hard copy).
 Logged per update: every loss term, ``lagrange``, ``cost_estimate``, ``cost_threshold``,
-mean Q of the data actions.
+mean Q of the data actions, ``supported_actions`` (mean count per state). The module's
+``support_threshold`` buffer is set from the config at build, so checkpoints act with
+the τ they were trained with.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import QNetAPI, TargetNetworkAPI
 
-from cloudrl.algorithms.cql_lag.connectors import COSTS
+from cloudrl.algorithms.cql_lag.connectors import COSTS, EPISODE_COSTS
 from cloudrl.algorithms.cql_lag.lagrange import LagrangeController
 from cloudrl.algorithms.cql_lag.losses import constrained_q_losses
 from models import cql_lag as M
@@ -34,6 +38,16 @@ def update_targets(pairs: Any, updates: int, freq: int, tau: float) -> bool:
     for main, target in pairs:
         update_target_network(main_net=main, target_net=target, tau=tau)
     return True
+
+
+def safe_steps(batch: dict[str, Any], config: Any) -> Any:
+    """The BC head's samples: steps of episodes whose cost is within the budget when
+    ``support_data`` is "safe" (and the batch has episode costs), else None (all); a
+    batch without any such step falls back to all (no safe episode in the data)."""
+    if config.support_data != "safe" or EPISODE_COSTS not in batch:
+        return None
+    mask = batch[EPISODE_COSTS] <= float(config.cost_budget) + 1e-6
+    return mask if bool(mask.any()) else None
 
 
 class CQLLagTorchLearner(TorchLearner):
@@ -52,6 +66,7 @@ class CQLLagTorchLearner(TorchLearner):
                 ctl.set_value(lam)
             else:
                 module.unwrapped().lagrange.fill_(ctl.value)
+            module.unwrapped().support_threshold.fill_(float(cfg.support_threshold))
             self.controllers[module_id] = ctl
 
     @classmethod
@@ -71,7 +86,11 @@ class CQLLagTorchLearner(TorchLearner):
             rewards=batch[Columns.REWARDS], costs=batch[COSTS],
             terminateds=batch[Columns.TERMINATEDS], lagrange=lam, gamma=config.gamma,
             cql_alpha=config.cql_alpha, cql_cost_alpha=config.cql_cost_alpha,
-            reward_scale=config.reward_scale, cost_scale=config.cost_scale)
+            reward_scale=config.reward_scale, cost_scale=config.cost_scale,
+            bc_logits=fwd_out[M.BC], next_bc_logits=fwd_out[M.BC_NEXT],
+            support_threshold=config.support_threshold, bc_weight=config.bc_weight,
+            cost_upper_alpha=config.cost_upper_alpha,
+            bc_mask=safe_steps(batch, config))
         threshold = config.cost_threshold()
         new_lam = ctl.update(float(terms.cost_estimate), threshold)
         module.lagrange.fill_(new_lam)
@@ -81,6 +100,8 @@ class CQLLagTorchLearner(TorchLearner):
             "cql_cost": terms.cql_cost.item(), "cost_estimate": terms.cost_estimate.item(),
             "cost_threshold": threshold, "lagrange": new_lam,
             "q_reward": terms.q_reward.item(), "q_cost": terms.q_cost.item(),
+            "bc": terms.bc.item(), "cost_upper": terms.cost_upper.item(),
+            "supported_actions": terms.supported.item(),
         }, key=module_id, window=1)
         return terms.total
 

@@ -7,7 +7,10 @@ whatever the cost scale (the source's unnormalised dual ascent saturated λ):
 * ``dual``: log λ ← clip(log λ + η·e, log λ_min, log λ_max) - λ rises while the policy's
   estimated cost is above the threshold and falls while it is below;
 * ``pid`` (Stooke et al. 2020, as in OSRL's BCQ-Lag): I ← max(0, I + e),
-  λ = clip(K_p·e + K_i·I + K_d·max(0, e - e_prev), 0, λ_max).
+  λ = clip(K_p·e + K_i·I + K_d·max(0, e - e_prev), 0, λ_max);
+* ``plain``: the source's dual ascent, log λ ← clip(log λ + η·(Ĵ_c - d), ...), on the
+  raw, unnormalised, unclipped error (kept as the saturation ablation: its step grows
+  with the cost scale, so λ runs to a bound).
 
 Warm-up: the first ``warmup`` updates leave λ at its initial value (and the PID state
 untouched): the cost critic starts at Q_c ≈ 0, so its early estimates sit below any
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 class LagrangeController:
     """λ from a stream of (cost estimate, threshold) pairs."""
 
-    mode: str = "dual"  # "dual" | "pid"
+    mode: str = "dual"  # "dual" | "pid" | "plain"
     init: float = 0.1
     lr: float = 0.02
     min_value: float = 1e-3
@@ -35,8 +38,9 @@ class LagrangeController:
     warmup: int = 0  # updates that leave λ frozen at ``init``
 
     def __post_init__(self) -> None:
-        if self.mode not in ("dual", "pid"):
-            raise ValueError(f"lagrange mode must be 'dual' or 'pid', got {self.mode!r}")
+        if self.mode not in ("dual", "pid", "plain"):
+            raise ValueError(f"lagrange mode must be 'dual', 'pid' or 'plain', got "
+                             f"{self.mode!r}")
         if not 0 < self.min_value <= self.init <= self.max_value:
             raise ValueError("need 0 < lagrange_min <= lagrange_init <= lagrange_max, got "
                              f"{self.min_value}, {self.init}, {self.max_value}")
@@ -58,7 +62,9 @@ class LagrangeController:
         if self.steps <= self.warmup:
             return self.value
         e = self.relative_error(float(cost_estimate), float(threshold))
-        if self.mode == "dual":
+        if self.mode == "plain":
+            e = float(cost_estimate) - float(threshold)
+        if self.mode in ("dual", "plain"):
             self.log_value = min(math.log(self.max_value),
                                  max(math.log(self.min_value), self.log_value + self.lr * e))
             self.value = math.exp(self.log_value)

@@ -3,13 +3,23 @@
 For a batch of transitions (s, a, r, c, s', done) with online heads Q_r, Q_c, target
 heads Q_r', Q_c' and the multiplier λ:
 
-* next action (the current policy at s'): a' = argmax over valid a of Q_r(s', a) - λ Q_c(s', a);
+* support (BCQ's action filter, Fujimoto et al. 2019, discrete form; OSRL's BCQ-Lag): a
+  behaviour-cloned head π_b (cross-entropy on the data actions over the valid ones; on
+  the steps of episodes within the budget only when ``bc_mask`` says so, as OSRL's
+  BC-Safe) marks the actions whose π_b(a|s) >= τ·max_a' π_b(a'|s); the policy, its next action
+  and its cost estimate only consider those (τ = 0: every valid action);
+* next action (the current policy at s'): a' = argmax over supported a of
+  Q_r(s', a) - λ Q_c(s', a);
 * TD targets: y_r = reward_scale·r + γ(1-done)·Q_r'(s', a'),
   y_c = cost_scale·c + γ(1-done)·Q_c'(s', a');
 * TD losses: Huber(Q_r(s, a) - y_r), Huber(Q_c(s, a) - y_c), batch means;
 * discrete CQL on the reward head: logsumexp over VALID actions of Q_r(s, ·) minus
   Q_r(s, a) (pushes down the Q of actions the data does not take); the same term on the
-  cost head (``cql_cost_alpha`` > 0) is the source's formulation, kept as an ablation;
+  cost head (``cql_cost_alpha`` > 0) is the source's formulation, kept as an ablation:
+  it pushes Q_c DOWN off the data, an optimistic cost (the wrong direction);
+* cost pessimism in the right direction (``cost_upper_alpha`` > 0): the same term on
+  -Q_c, logsumexp(-Q_c(s, ·)) + Q_c(s, a), raises Q_c of the actions the data does not
+  take (an upper bound on their cost, as CPQ's penalty of out-of-data actions);
 * cost estimate: (1-γ)·mean over the batch of Q_c(s, π(s)) - a per-step cost rate of the
   current policy on the data's states, in the units of the per-step threshold.
 """
@@ -20,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from models.cql_lag import supported
 
 NEG_INF = float("-inf")
 
@@ -36,8 +48,26 @@ def cql_penalty(q: torch.Tensor, actions: torch.Tensor, feasible: torch.Tensor) 
 
 def greedy_actions(qr: torch.Tensor, qc: torch.Tensor, lagrange: torch.Tensor | float,
                    feasible: torch.Tensor) -> torch.Tensor:
-    """argmax over valid actions of Q_r - λ·Q_c (B,)."""
+    """argmax over valid (or supported) actions of Q_r - λ·Q_c (B,)."""
     return (qr - lagrange * qc).masked_fill(~feasible, NEG_INF).argmax(dim=-1)
+
+
+def supported_actions(bc_logits: torch.Tensor | None, feasible: torch.Tensor,
+                      threshold: float) -> torch.Tensor:
+    """BCQ's filter (B, A): valid actions with π_b(a|s) >= τ·max π_b(·|s) (π_b: the
+    softmax of the behaviour-cloned logits over the valid actions, no gradient); τ <= 0
+    or no logits: every valid action. The most likely valid action always passes. The
+    module's own rule (:func:`models.cql_lag.supported`), so training and acting agree."""
+    if bc_logits is None:
+        return feasible
+    return supported(bc_logits.detach(), feasible, threshold)
+
+
+def bc_loss(bc_logits: torch.Tensor, actions: torch.Tensor,
+            feasible: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy (B,) of the data action under the softmax over valid actions."""
+    return -gather(torch.log_softmax(bc_logits.masked_fill(~feasible, NEG_INF), dim=-1),
+                   actions)
 
 
 @dataclass
@@ -52,6 +82,9 @@ class LossTerms:
     cost_estimate: torch.Tensor
     q_reward: torch.Tensor  # mean Q_r(s, a) of the data actions
     q_cost: torch.Tensor  # mean Q_c(s, a) of the data actions
+    bc: torch.Tensor  # cross-entropy of the behaviour-cloned head (0 without one)
+    cost_upper: torch.Tensor  # the upward cost penalty (logged even when its weight is 0)
+    supported: torch.Tensor  # mean number of supported actions per state
 
 
 def constrained_q_losses(*, qr: torch.Tensor, qc: torch.Tensor, qr_next: torch.Tensor,
@@ -61,22 +94,45 @@ def constrained_q_losses(*, qr: torch.Tensor, qc: torch.Tensor, qr_next: torch.T
                          rewards: torch.Tensor, costs: torch.Tensor,
                          terminateds: torch.Tensor, lagrange: float, gamma: float,
                          cql_alpha: float, cql_cost_alpha: float = 0.0,
-                         reward_scale: float = 1.0, cost_scale: float = 1.0) -> LossTerms:
-    """The loss of one batch (see the module docstring); λ and the targets carry no gradient."""
+                         reward_scale: float = 1.0, cost_scale: float = 1.0,
+                         bc_logits: torch.Tensor | None = None,
+                         next_bc_logits: torch.Tensor | None = None,
+                         support_threshold: float = 0.0, bc_weight: float = 1.0,
+                         cost_upper_alpha: float = 0.0,
+                         bc_mask: torch.Tensor | None = None) -> LossTerms:
+    """The loss of one batch (see the module docstring); λ, the targets and the support
+    carry no gradient; ``bc_logits`` (B, A) add ``bc_weight`` x the BC cross-entropy,
+    averaged over the samples ``bc_mask`` (B,) marks (default all; e.g. the steps of
+    episodes within the budget: the safe behaviour's support)."""
+    allowed = supported_actions(bc_logits, feasible, support_threshold)
+    next_allowed = supported_actions(next_bc_logits, next_feasible, support_threshold)
     with torch.no_grad():
-        a_next = greedy_actions(qr_next, qc_next, lagrange, next_feasible)
+        a_next = greedy_actions(qr_next, qc_next, lagrange, next_allowed)
         live = 1.0 - terminateds.float()
         y_r = reward_scale * rewards.float() + gamma * live * gather(qr_target_next, a_next)
         y_c = cost_scale * costs.float() + gamma * live * gather(qc_target_next, a_next)
-        a_pi = greedy_actions(qr, qc, lagrange, feasible)
+        a_pi = greedy_actions(qr, qc, lagrange, allowed)
         cost_estimate = (1.0 - gamma) * gather(qc, a_pi).mean()
     q_r, q_c = gather(qr, actions), gather(qc, actions)
     td_r = F.smooth_l1_loss(q_r, y_r)
     td_c = F.smooth_l1_loss(q_c, y_c)
     cql_r = cql_penalty(qr, actions, feasible).mean()
     cql_c = cql_penalty(qc, actions, feasible).mean()
+    cost_up = cql_penalty(-qc, actions, feasible).mean()
     total = td_r + td_c + cql_alpha * cql_r
     if cql_cost_alpha:
         total = total + cql_cost_alpha * cql_c
+    if cost_upper_alpha:
+        total = total + cost_upper_alpha * cost_up
+    bc = torch.zeros(())
+    if bc_logits is not None:
+        ce = bc_loss(bc_logits, actions, feasible)
+        if bc_mask is None:
+            bc = ce.mean()
+        else:
+            w = bc_mask.float()
+            bc = (ce * w).sum() / w.sum().clamp(min=1.0)
+        total = total + bc_weight * bc
     return LossTerms(total, td_r, td_c, cql_r, cql_c, cost_estimate, q_r.mean().detach(),
-                     q_c.mean().detach())
+                     q_c.mean().detach(), bc, cost_up,
+                     allowed.float().sum(-1).mean())

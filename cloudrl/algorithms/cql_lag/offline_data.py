@@ -9,7 +9,9 @@ an ``OfflinePreLearner`` (its episode buffer, its 1-step sampling, the algorithm
 learner connector) and the ``MultiAgentBatch`` it hands the learner - but runs the
 pre-learner in the driver: the files are read once with pyarrow, every episode goes
 into the pre-learner's buffer on the first ``sample``, and each ``sample`` draws
-``train_batch_size_per_learner`` fresh transitions from all of them.
+``train_batch_size_per_learner`` fresh transitions from all of them. Every step's infos
+also get the total cost of its episode (``episode_cost``), so the learner can tell the
+transitions of episodes within the budget (the behaviour head's "safe" support).
 
 Use it with ``offline_data(offline_data_class=LocalEpisodeData)`` (``CQLLagConfig``'s
 default) and a local learner (``num_learners=0``).
@@ -19,15 +21,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow.parquet as pq
 from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.offline.offline_data import OfflineData
 from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils import unflatten_dict
 
-from cloudrl.alignment.recording import ITEM_COLUMN
-from cloudrl.offline.dataset import DatasetError, read_dataset
+from cloudrl.alignment.recording import ITEM_COLUMN, pack_episode
+from cloudrl.offline.dataset import DatasetError, episode_cost, read_dataset
+
+EPISODE_COST_KEY = "episode_cost"  # the whole episode's cost, in every step's infos
+
+
+def with_episode_cost(ep: Any) -> Any:
+    """``ep`` with ``infos[t]["episode_cost"]`` = the sum of its per-step costs, every t."""
+    total = episode_cost(ep)
+    for t in range(len(ep) + 1):
+        ep.get_infos(t)[EPISODE_COST_KEY] = total
+    return ep
 
 
 class LocalEpisodeData(OfflineData):
@@ -51,12 +62,7 @@ class LocalEpisodeData(OfflineData):
         for path in self.path:
             for ep in read_dataset(path):  # validates every file (DatasetError names it)
                 self.steps += len(ep)
-        from cloudrl.alignment.recording import episode_files
-
-        for path in self.path:
-            for f in episode_files(path):
-                self.items += pq.read_table(f, columns=[ITEM_COLUMN]).column(
-                    ITEM_COLUMN).to_pylist()
+                self.items.append(pack_episode(with_episode_cost(ep)))
         if not self.items:
             raise DatasetError(f"{self.path}: no episodes")
         self._prelearner: OfflinePreLearner | None = None
