@@ -76,8 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--duration, at least 20)")
     p.add_argument("--rate", type=float, default=250.0, help="target decisions/s (250)")
     p.add_argument("--clients", type=int, default=2, help="client threads (2)")
-    p.add_argument("--clusters", type=int, default=32, help="simulated clusters (32)")
-    p.add_argument("--batch", type=int, default=16, help="states per request (16)")
+    p.add_argument("--clusters", type=int, default=64, help="simulated clusters (64)")
+    p.add_argument("--batch", type=int, default=32, help="states per request (32, the "
+                   "service's max_batch_size)")
     p.add_argument("--n-servers", type=int, default=8, help="fleet size (8)")
     p.add_argument("--workload", default="poisson")
     p.add_argument("--feedback-every", type=float, default=0.5, help="s between pairs (0.5)")
@@ -288,10 +289,12 @@ def feedback_loop(port: int, clusters: list[Cluster], args: argparse.Namespace, 
 
 # ----------------------------------------------------------------------------- the loop
 def run_cli(argv: list[str], env: dict[str, str], log_path: Path) -> tuple[int, str, float]:
-    """``python -m cloudrl ARGV`` in a subprocess; (exit code, stdout, seconds)."""
+    """``python -m cloudrl ARGV`` in a subprocess at a lower CPU priority than the traffic
+    (as a batch retrain job would run next to a live service); (exit code, stdout, s)."""
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "cloudrl", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False,
+                          preexec_fn=lambda: os.nice(10))  # live traffic comes first
     log_path.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     return proc.returncode, proc.stdout, time.monotonic() - t0
 
