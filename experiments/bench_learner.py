@@ -16,6 +16,9 @@ priority update. Rows:
   dueling off) on the flat env's shapes; its priorities come back through the metrics
   (host copy), as in ``DQN.training_step``.
 
+``cpu ms``: process CPU time per update (all torch threads), the work an update costs;
+on a shared machine it varies far less than wall time.
+
 Shares (a separate pass of ``--profile-updates`` updates, CUDA synchronised per phase):
 ``sample`` (replay sample), ``fwd+loss`` (``forward_train`` + ``compute_losses``),
 ``backward`` (``compute_gradients``), ``optim`` (gradient clipping + ``apply_gradients``),
@@ -224,22 +227,25 @@ def make_row(name: str, batch: int, cfg: BenchConfig, seed: int = 0) -> Row:
 
 
 def measure(rows: Sequence[Row], seconds: float, rounds: int, device: str,
-            warmup: int = 2) -> dict[str, tuple[int, float]]:
-    """(updates, seconds) per row, measured in ``rounds`` interleaved slices."""
+            warmup: int = 2) -> dict[str, tuple[int, float, float]]:
+    """(updates, wall seconds, process CPU seconds) per row, in ``rounds`` interleaved
+    slices. CPU seconds (all threads of this process) are the work an update costs; on a
+    shared machine they vary far less than wall time."""
     for row in rows:
         for _ in range(warmup):  # allocations, first-call paths
             row.step()
-    done = {row.name: (0, 0.0) for row in rows}
+    done = {row.name: (0, 0.0, 0.0) for row in rows}
     for _ in range(rounds):
         for row in rows:
-            n, start = 0, time.perf_counter()
+            n, start, cpu = 0, time.perf_counter(), time.process_time()
             while n == 0 or time.perf_counter() - start < seconds / rounds:
                 row.step()
                 n += 1
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
-            count, spent = done[row.name]
-            done[row.name] = (count + n, spent + time.perf_counter() - start)
+            count, spent, cpu_spent = done[row.name]
+            done[row.name] = (count + n, spent + time.perf_counter() - start,
+                              cpu_spent + time.process_time() - cpu)
     return done
 
 
@@ -266,27 +272,33 @@ def run(batches: Sequence[int], row_names: Sequence[str], cfg: BenchConfig, seco
         rows = [make_row(name, batch, cfg) for name in row_names]
         done = measure(rows, seconds, rounds, cfg.device)
         for row in rows:
-            count, spent = done[row.name]
+            count, spent, cpu_spent = done[row.name]
             results.append({"batch": batch, "row": row.name, "updates": count,
                             "updates_per_s": count / spent,
+                            "cpu_s_per_update": cpu_spent / count,
                             "shares": shares(row, profile_updates)})
     return results
 
 
 def format_results(results: Sequence[dict[str, Any]]) -> str:
-    head = (f"{'batch':>6} {'row':<14}{'updates/s':>10}{'ms/upd':>9}{'samples/s':>10}  "
+    head = (f"{'batch':>6} {'row':<14}{'updates/s':>10}{'ms/upd':>9}{'cpu ms':>9}"
+            f"{'samples/s':>10}  "
             + " ".join(f"{p:>8}" for p in PHASES))
     lines = [head]
     for r in results:
         rate = r["updates_per_s"]
         lines.append(f"{r['batch']:>6} {r['row']:<14}{rate:>10.2f}{1000 / rate:>9.1f}"
+                     f"{1000 * r['cpu_s_per_update']:>9.1f}"
                      f"{rate * r['batch']:>10.0f}  "
                      + " ".join(f"{100 * r['shares'][p]:>7.1f}%" for p in PHASES))
-    by = {(r["batch"], r["row"]): r["updates_per_s"] for r in results}
+    by = {(r["batch"], r["row"]): r for r in results}
     for batch in sorted({r["batch"] for r in results}):
         if (batch, "bdq") in by and (batch, "bdq-reference") in by:
+            new, old = by[batch, "bdq"], by[batch, "bdq-reference"]
             lines.append(f"batch {batch}: bdq / bdq-reference = "
-                         f"{by[batch, 'bdq'] / by[batch, 'bdq-reference']:.2f}x")
+                         f"{new['updates_per_s'] / old['updates_per_s']:.2f}x updates/s, "
+                         f"{old['cpu_s_per_update'] / new['cpu_s_per_update']:.2f}x "
+                         "less CPU time per update")
     return "\n".join(lines)
 
 

@@ -32,13 +32,25 @@ trunk output scoring each step; :meth:`alignment_scores` sums it over a segment.
 learner calls it (``BDQTorchLearner`` with ``alignment_weight > 0``), never the forward
 passes, so the Q-values and the TD loss are the same with and without a head.
 
+Training forward (issue 17): only ``Q(s, .)`` needs a gradient, so the online pass on
+``obs`` is the only one recorded by autograd; the online (double-Q argmax) and target
+passes on ``next_obs`` run under ``no_grad`` (the old version ran the online trunk with
+gradients on ``cat(obs, next_obs)`` and back-propagated zeros through the second half).
+Per-branch feasibility is one gather through a cached index. The heads run one by one
+on CPU (measured: oneDNN's plain GEMMs beat its batched ones at these sizes) or, with
+``model_config["fused_heads"]`` (default: on for non-CPU devices, where kernel launches
+dominate), as :func:`fused_heads` (one matmul for all first layers, batched matmuls on
+zero-padded weights after). ``cloudrl.algorithms.bdq.reference`` keeps the old version.
+
 ``model_config``: ``encoder`` (``EncoderConfig`` fields), ``trunk_hiddens`` (default
-(128,)), ``head_hiddens`` (default (64,)), ``scale_trunk_grad``, ``alignment_head``;
-from DQNConfig: ``double_q``, ``epsilon``, ``num_atoms`` (must be 1).
+(128,)), ``head_hiddens`` (default (64,)), ``scale_trunk_grad``, ``alignment_head``,
+``fused_heads``; from DQNConfig: ``double_q``, ``epsilon``, ``num_atoms`` (must be 1).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -72,23 +84,75 @@ def branch_sizes_of(action_space: gym.Space) -> list[int]:
     return [int(n) for n in action_space.nvec]
 
 
+@functools.lru_cache(maxsize=64)
+def _branch_layout(sizes: tuple[int, ...], device: torch.device
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index (D * max_n,), valid (D, max_n))``: entry ``[d, a]`` of the padded layout
+    reads column ``index[d * max_n + a]`` of the concatenated mask (0 for padding)."""
+    max_n = max(sizes)
+    offsets = torch.tensor([0, *sizes[:-1]]).cumsum(0)
+    a = torch.arange(max_n)
+    valid = a[None, :] < torch.tensor(sizes)[:, None]
+    index = torch.where(valid, offsets[:, None] + a[None, :], 0)
+    return index.reshape(-1).to(device), valid.to(device)
+
+
 def branch_feasibility(mask: torch.Tensor | None, sizes: list[int], batch: int,
                        device: torch.device) -> torch.Tensor:
     """Bool ``(B, D, max_n)`` from the concatenated mask ``(B, sum n_d)`` (None: all feasible).
 
     Padding ``a >= n_d`` is False; a branch with no feasible sub-action allows all of them.
+    One gather through a cached index (no loop over branches).
     """
-    max_n = max(sizes)
-    valid = torch.zeros(len(sizes), max_n, dtype=torch.bool, device=device)
-    for d, n in enumerate(sizes):
-        valid[d, :n] = True
+    index, valid = _branch_layout(tuple(int(n) for n in sizes), torch.device(device))
     if mask is None:
         return valid.expand(batch, -1, -1).clone()
-    parts = torch.split(mask > 0.5, sizes, dim=-1)
-    feasible = torch.zeros(batch, len(sizes), max_n, dtype=torch.bool, device=device)
-    for d, part in enumerate(parts):
-        feasible[:, d, : sizes[d]] = part
+    feasible = (mask > 0.5).index_select(-1, index).view(*mask.shape[:-1], *valid.shape)
+    feasible &= valid
     return feasible | (valid & ~feasible.any(dim=-1, keepdim=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _pad_index(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Rows of ``cat(out weights of every head, one zero row)`` laid out ``(H * max_n,)``:
+    head h's output a < n_h reads its own row, padding reads the zero row (last)."""
+    index, valid = _branch_layout(sizes, torch.device("cpu"))
+    return torch.where(valid.reshape(-1), index, sum(sizes)).to(device)
+
+
+def fused_heads(x: torch.Tensor, heads: Sequence[nn.Sequential], sizes: Sequence[int]
+                ) -> torch.Tensor:
+    """All heads at once: ``(B, H, max_n)`` with ``out[:, h, :n_h] = heads[h](x)``, 0 beyond.
+
+    The heads (``models.encoders.head``: same hidden widths, output sizes ``sizes``) keep
+    their own parameters; their weights are concatenated per call, so the first layer is
+    one matmul for all heads, later layers one batched matmul, and the output layer one
+    batched matmul on zero-padded weights. Same function as calling each head and padding.
+    """
+    linears = [[m for m in h if isinstance(m, nn.Linear)] for h in heads]
+    acts = [m for m in heads[0] if not isinstance(m, nn.Linear)]
+    n_heads, batch = len(heads), x.shape[0]
+    per_head = False
+    for layer, act in enumerate(acts):
+        w = [lin[layer].weight for lin in linears]
+        b = [lin[layer].bias for lin in linears]
+        if per_head:  # (B, H, in) x (H, out, in) -> (B, H, out)
+            y = torch.baddbmm(torch.stack(b)[:, None, :], x.transpose(0, 1),
+                              torch.stack(w).transpose(1, 2)).transpose(0, 1)
+        else:
+            y = nn.functional.linear(x, torch.cat(w), torch.cat(b)).view(batch, n_heads, -1)
+            per_head = True
+        x = act(y)
+    index = _pad_index(tuple(int(n) for n in sizes), x.device)
+    last = [lin[-1] for lin in linears]
+    w_cat = torch.cat([*(m.weight for m in last), last[0].weight.new_zeros(1, x.shape[-1])])
+    b_cat = torch.cat([*(m.bias for m in last), last[0].bias.new_zeros(1)])
+    w_pad, b_pad = w_cat.index_select(0, index), b_cat.index_select(0, index)
+    if not per_head:
+        return nn.functional.linear(x, w_pad, b_pad).view(batch, n_heads, -1)
+    max_n = index.shape[0] // n_heads
+    return torch.baddbmm(b_pad.view(n_heads, 1, max_n), x.transpose(0, 1),
+                         w_pad.view(n_heads, max_n, -1).transpose(1, 2)).transpose(0, 1)
 
 
 class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI,
@@ -108,6 +172,8 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
         self.num_branches = len(self.branch_sizes)
         self.uses_double_q = bool(cfg.get("double_q", True))
         self.scale_trunk_grad = bool(cfg.get("scale_trunk_grad", True))
+        fused = cfg.get("fused_heads")
+        self.fused_heads = None if fused is None else bool(fused)
         self.epsilon_schedule = Scheduler(
             fixed_value_or_schedule=cfg.get("epsilon", DEFAULT_EPSILON), framework="torch")
         enc_cfg = EncoderConfig.from_model_config(cfg)
@@ -152,17 +218,20 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
         value_head = self.value_head if value_head is None else value_head
         advantage_heads = self.advantage_heads if advantage_heads is None else advantage_heads
         max_n = feasible.shape[-1]
-        adv = torch.stack([nn.functional.pad(h(rep), (0, max_n - n))
-                           for h, n in zip(advantage_heads, self.branch_sizes, strict=True)],
-                          dim=1)
+        use_fused = self.fused_heads if self.fused_heads is not None else rep.device.type != "cpu"
+        if use_fused:
+            out = fused_heads(rep, [value_head, *advantage_heads], [1, *self.branch_sizes])
+            value, adv = out[:, 0, :1], out[:, 1:]
+        else:
+            value = value_head(rep)
+            adv = torch.stack([nn.functional.pad(h(rep), (0, max_n - n)) for h, n in zip(
+                advantage_heads, self.branch_sizes, strict=True)], dim=1)
         weights = feasible.to(adv.dtype)
         adv_mean = (adv * weights).sum(-1, keepdim=True) / weights.sum(-1, keepdim=True)
-        return (value_head(rep)[:, :, None] + adv - adv_mean) * self._valid(feasible)
+        return (value[:, :, None] + adv - adv_mean) * self._valid(feasible)
 
     def _valid(self, feasible: torch.Tensor) -> torch.Tensor:
-        sizes = torch.as_tensor(self.branch_sizes, device=feasible.device)
-        return (torch.arange(feasible.shape[-1], device=feasible.device) < sizes[:, None]).to(
-            torch.float32)
+        return _branch_layout(tuple(self.branch_sizes), feasible.device)[1].to(torch.float32)
 
     @staticmethod
     def mask_q(q: torch.Tensor, feasible: torch.Tensor) -> torch.Tensor:
@@ -228,21 +297,18 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
             raise RuntimeError("forward_train on an inference-only BDQTorchRLModule")
         obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
         feasible, next_feasible = self.feasibility(obs), self.feasibility(next_obs)
-        b = feasible.shape[0]
-        if self.uses_double_q:
-            both = {k: torch.cat([obs[k], next_obs[k]], dim=0) for k in obs}
-            rep_both = self.trunk(both)
-            rep, rep_next = rep_both[:b], rep_both[b:]
-        else:
-            rep, rep_next = self.trunk(obs), None
+        rep = self.trunk(obs)
         out: dict[str, Any] = {REPRESENTATION: rep}
         if self.scale_trunk_grad and rep.requires_grad:
             rep = scale_grad(rep, 1.0 / (self.num_branches + 1))
-            if rep_next is not None:
-                rep_next = scale_grad(rep_next, 1.0 / (self.num_branches + 1))
         out[QF_PREDS] = self.q_from_representation(rep, feasible)
-        if rep_next is not None:
-            out[QF_NEXT_PREDS] = self.mask_q(self.q_from_representation(rep_next, next_feasible),
-                                             next_feasible)
-        out[QF_TARGET_NEXT_PREDS] = self.forward_target({Columns.OBS: next_obs})[QF_PREDS]
+        with torch.no_grad():  # next-state Qs only pick (argmax) and bootstrap: no gradient
+            if self.uses_double_q:
+                out[QF_NEXT_PREDS] = self.mask_q(
+                    self.q_from_representation(self.trunk(next_obs), next_feasible),
+                    next_feasible)
+            q_target = self.q_from_representation(
+                self._target_trunk(next_obs), next_feasible, self._target_value_head,
+                self._target_advantage_heads)
+        out[QF_TARGET_NEXT_PREDS] = self.mask_q(q_target, next_feasible)
         return out

@@ -118,7 +118,7 @@ class ClusterEncoder(nn.Module):
 
     def encode_rows(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-row embeddings: servers (..., N, row_dim) and jobs (..., K, row_dim)."""
-        return self.server_net(obs["servers"].float()), self.job_net(obs["jobs"].float())
+        return _per_row(self.server_net, obs["servers"]), _per_row(self.job_net, obs["jobs"])
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         servers, jobs = self.encode_rows(obs)
@@ -126,6 +126,17 @@ class ClusterEncoder(nn.Module):
         fused = torch.cat([macro, servers.mean(-2), servers.amax(-2), jobs.mean(-2),
                            jobs.amax(-2)], dim=-1)
         return self.fusion(fused)
+
+
+def _per_row(net: nn.Sequential, rows: torch.Tensor) -> torch.Tensor:
+    """``net`` on every row of ``(..., R, F)`` as 2-D matmuls over all rows at once.
+
+    ``nn.Linear`` on a 3-D input that is not contiguous (replay samples are views into
+    the buffer's packed rows) goes through a batched matmul with the weight expanded
+    per sample and copies its output; one ``(rows, F)`` matrix avoids both.
+    """
+    flat = rows.reshape(-1, rows.shape[-1]).float()
+    return net(flat).view(*rows.shape[:-1], -1)
 
 
 def feasible_actions(obs: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -64,8 +64,9 @@ class BDQConfig(DQNConfig):
 
     ``training(device_replay=True, device_replay_capacity=..., device_replay_checkpoint=...)``
     swaps the episode replay for ``cloudrl.replay.DeviceReplayBuffer`` on the learner's
-    device (see :mod:`cloudrl.algorithms.bdq.training_step`; local learner only,
-    ``num_learners=0``); alpha and
+    device (see :mod:`cloudrl.algorithms.bdq.training_step`; the local learner's device
+    with ``num_learners=0``, the driver's CPU with DDP learners, ``num_learners >= 2``);
+    alpha and
     beta come from ``replay_buffer_config``, ``n_step`` and ``gamma`` as usual.
     ``device_replay_checkpoint`` puts the buffer's tensors into the algorithm checkpoint.
 
@@ -139,8 +140,9 @@ class BDQConfig(DQNConfig):
             self._value_error("BDQ does not implement noisy nets (noisy must be False)")
         if not (self.enable_rl_module_and_learner and self.enable_env_runner_and_connector_v2):
             self._value_error("BDQ runs on RLlib's new API stack only")
-        if self.device_replay and self.num_learners > 0:
-            self._value_error("device_replay needs the local learner (num_learners=0)")
+        if self.device_replay and self.num_learners == 1:
+            self._value_error("device_replay runs on the local learner (num_learners=0) or "
+                              "on DDP learners (num_learners >= 2), not on one remote one")
         if self.device_replay and self.device_replay_capacity < 1:
             self._value_error("device_replay_capacity must be >= 1")
         validate_alignment(self)

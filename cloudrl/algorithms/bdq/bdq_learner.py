@@ -51,6 +51,8 @@ from torch import nn
 from cloudrl.algorithms.alignment_head import add_alignment_loss
 
 DISCOUNTS = "discounts"
+REPLAY_INDICES = "replay_indices"  # replay slots of a batch sent to remote learners
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
 
 
 def bdq_td_errors(fwd_out: dict[str, torch.Tensor], batch: dict[str, Any], gamma: float,
@@ -95,6 +97,42 @@ class BDQTorchLearner(DQNTorchLearner):
         super().build()
         self.device_td_errors: dict[str, torch.Tensor] = {}
 
+    def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
+        """RLlib's default (Adam, lr from ``config.lr``), as one fused kernel per step.
+
+        Stock ``TorchLearner`` builds ``torch.optim.Adam(params)``, which on CPU runs the
+        per-tensor Python loop (a dozen small ops per parameter tensor); ``fused=True``
+        computes the same update (float rounding aside) in one pass. Devices without a
+        fused Adam keep the default.
+        """
+        params = self.get_parameters(self._module[module_id])
+        fused = all(p.device.type in FUSED_ADAM_DEVICES and p.is_floating_point()
+                    for p in params)
+        self.register_optimizer(module_id=module_id,
+                                optimizer=torch.optim.Adam(params, fused=fused or None),
+                                params=params, lr_or_lr_schedule=config.lr)
+
+    def apply_gradients(self, gradients_dict: dict[Any, torch.Tensor]) -> None:
+        """``TorchLearner.apply_gradients`` with one finiteness check for all gradients.
+
+        Stock RLlib tests ``isfinite(grad).all()`` per gradient tensor inside a Python
+        ``if`` (a host sync each on an accelerator); here one ``_foreach_norm`` over all of
+        them decides, and only a non-finite result takes the stock path (which zeroes the
+        non-finite gradients with a warning), so the applied update is the same. LR
+        schedulers, grad scalers and missing gradients take the stock path too.
+        """
+        grads = [g for g in gradients_dict.values() if g is not None]
+        stock = (self._lr_scheduler_classes is not None or self._grad_scalers is not None
+                 or len(grads) < len(gradients_dict))
+        if stock or (grads and not self.config.torch_skip_nan_gradients and not bool(
+                torch.isfinite(torch.stack(torch._foreach_norm(grads))).all())):
+            return super().apply_gradients(gradients_dict)
+        for pid, grad in gradients_dict.items():
+            self._params[pid].grad = grad
+        for module_id, optimizer_names in self._module_optimizers.items():
+            for optimizer_name in optimizer_names:
+                self.get_optimizer(module_id, optimizer_name).step()
+
     def compute_loss_for_module(self, *, module_id: str, config: DQNConfig,
                                 batch: dict[str, Any],
                                 fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -115,6 +153,9 @@ class BDQTorchLearner(DQNTorchLearner):
         else:
             self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error,
                                    reduce="item_series")
+            if REPLAY_INDICES in batch:  # remote learner: slots travel with their errors
+                self.metrics.log_value(key=(module_id, REPLAY_INDICES),
+                                       value=batch[REPLAY_INDICES], reduce="item_series")
         self.metrics.log_dict(
             {QF_LOSS_KEY: total_loss, QF_MEAN_KEY: q_selected.mean(),
              QF_MAX_KEY: q_selected.max(), QF_MIN_KEY: q_selected.min(),

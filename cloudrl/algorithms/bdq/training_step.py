@@ -21,7 +21,10 @@ only when it gets ``episodes``; a ``MultiAgentBatch`` whose tensors are already 
 tensors on the learner's device goes straight to ``_update`` (``_make_batch_if_necessary``
 converts only numpy leaves or tensors on another device). With ``num_learners=0``
 ``LearnerGroup.update(batch=...)`` calls the local ``Learner.update`` in-process, so the
-batch never leaves the device; ``BDQConfig.validate`` rejects ``num_learners > 0``.
+batch never leaves the device. With ``num_learners > 1`` (DDP: gloo on CPU, NCCL on GPU)
+the buffer lives on the driver's CPU and :func:`update_learners` sends each learner one
+contiguous shard with its replay slots; the learners report slots and TD errors
+together, so priorities return to the right rows.
 
 Streams: each open episode (by ``id_``) gets a small integer stream id, released when
 the episode ends; the buffer keeps at most ``n_step - 1`` pending rows per stream.
@@ -59,7 +62,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS
+from cloudrl.algorithms.bdq.bdq_learner import DISCOUNTS, REPLAY_INDICES
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 
 
@@ -158,17 +161,20 @@ def ensure_device_replay(algo: Any) -> DeviceReplay:
     if replay is not None:
         return replay
     config, learner = algo.config, algo.learner_group._learner
-    if learner is None:
-        raise ValueError("device_replay needs the local learner (num_learners=0)")
-    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    if learner is not None:
+        module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+        obs_space, action_space, device = (module.observation_space, module.action_space,
+                                           learner.device)
+    else:  # remote (DDP) learners: the buffer lives on the driver's CPU
+        obs_space, action_space = algo.env_runner_group.get_spaces()[DEFAULT_MODULE_ID]
+        device = torch.device("cpu")
     slots = max(1, config.num_env_runners) * config.num_envs_per_env_runner
     rb = config.replay_buffer_config
     replay_cfg = ReplayConfig(
         capacity=config.device_replay_capacity, alpha=float(rb.get("alpha", 0.6)),
         beta=float(rb.get("beta", 0.4)), n_step=_n_step(config), gamma=float(config.gamma),
-        num_streams=2 * slots, device=learner.device)
-    buffer = DeviceReplayBuffer(replay_cfg, module.observation_space,
-                                action_shape=(len(module.action_space.nvec),))
+        num_streams=2 * slots, device=device)
+    buffer = DeviceReplayBuffer(replay_cfg, obs_space, action_shape=(len(action_space.nvec),))
     algo.device_replay = DeviceReplay(buffer, EpisodeStreams(2 * slots))
     return algo.device_replay
 
@@ -186,12 +192,15 @@ def buffer_checkpoint_state(buffer: DeviceReplayBuffer) -> dict[str, Any]:
     return state
 
 
-def replay_batch(sample: dict[str, Any]) -> MultiAgentBatch:
-    """A ``MultiAgentBatch`` (default module) of device tensors with RLlib column names."""
+def replay_batch(sample: dict[str, Any], with_indices: bool = False) -> MultiAgentBatch:
+    """A ``MultiAgentBatch`` (default module) of device tensors with RLlib column names;
+    ``with_indices`` adds the replay slots (``REPLAY_INDICES``) for remote learners."""
     columns = {Columns.OBS: sample["obs"], Columns.NEXT_OBS: sample["next_obs"],
                Columns.ACTIONS: sample["actions"], Columns.REWARDS: sample["rewards"],
                Columns.TERMINATEDS: sample["dones"], DISCOUNTS: sample["discounts"],
                "weights": sample["weights"]}
+    if with_indices:
+        columns[REPLAY_INDICES] = sample["indices"]
     size = int(sample["rewards"].shape[0])
     return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=size)
 
@@ -201,6 +210,46 @@ def _n_step(config: Any) -> int:
     if isinstance(n, (tuple, list)):
         raise ValueError("device_replay needs a fixed int n_step")
     return int(n)
+
+
+def update_learners(learner_group: Any, sample: dict[str, Any], timesteps: dict[str, Any]
+                    ) -> tuple[list[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
+    """One update on ``sample``: (learner results, (replay slots, |TD| sums) to reprioritise).
+
+    Local learner: the batch stays on its device and the priorities come from
+    ``BDQTorchLearner.device_td_errors`` (no host copy). Remote (DDP) learners: the
+    batch carries its replay slots (``REPLAY_INDICES``); ``LearnerGroup`` splits it into
+    one contiguous shard per learner, DDP averages their gradients, and each learner
+    reports its shard's slots next to its TD errors, so every priority goes back to the
+    row it was computed on whatever the order of the shards' results.
+    """
+    if learner_group.is_local:
+        results = learner_group.update(batch=replay_batch(sample), timesteps=timesteps)
+        td_abs = learner_group._learner.device_td_errors.pop(DEFAULT_MODULE_ID)
+        slots = sample["indices"]
+    else:
+        results = learner_group.update(batch=replay_batch(sample, with_indices=True),
+                                       timesteps=timesteps)
+        slots_parts, td_parts = [], []
+        for res in results:
+            module_results = res[DEFAULT_MODULE_ID]
+            slots_parts += _series(module_results.pop(REPLAY_INDICES))
+            td_parts += _series(module_results.pop(TD_ERROR_KEY))
+        slots, td_abs = torch.cat(slots_parts).long(), torch.cat(td_parts).float()
+    for res in results:  # never aggregate a per-sample series into the algo metrics
+        for module_results in res.values():
+            if isinstance(module_results, dict):
+                module_results.pop(TD_ERROR_KEY, None)
+                module_results.pop(REPLAY_INDICES, None)
+    return results, (slots, td_abs)
+
+
+def _series(stats: Any) -> list[torch.Tensor]:
+    """The tensors of an ``item_series`` metric (its ``peek()``) as flat CPU tensors."""
+    values = stats.peek() if hasattr(stats, "peek") else stats
+    values = values if isinstance(values, (list, tuple)) else [values]
+    return [torch.as_tensor(np.asarray(v.cpu() if torch.is_tensor(v) else v)).reshape(-1)
+            for v in values]
 
 
 def device_replay_training_step(algo: Any) -> None:
@@ -230,7 +279,6 @@ def device_replay_training_step(algo: Any) -> None:
     env_steps = metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
     if env_steps < config.num_steps_sampled_before_learning_starts or not len(replay.buffer):
         return
-    learner = algo.learner_group._learner
     timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: env_steps,
                  NUM_AGENT_STEPS_SAMPLED_LIFETIME: metrics.peek(
                      (ENV_RUNNER_RESULTS, NUM_AGENT_STEPS_SAMPLED_LIFETIME), default={})}
@@ -239,16 +287,10 @@ def device_replay_training_step(algo: Any) -> None:
         with metrics.log_time((TIMERS, REPLAY_BUFFER_SAMPLE_TIMER)):
             sample = replay.buffer.sample(config.total_train_batch_size)
         with metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            results = algo.learner_group.update(batch=replay_batch(sample),
-                                                timesteps=timesteps)
-            for res in results:  # no TD series here (local learner), but never log one
-                for module_results in res.values():
-                    if isinstance(module_results, dict):
-                        module_results.pop(TD_ERROR_KEY, None)
+            results, priorities = update_learners(algo.learner_group, sample, timesteps)
             metrics.aggregate(results, key=LEARNER_RESULTS)
         with metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
-            td_abs = learner.device_td_errors.pop(DEFAULT_MODULE_ID)
-            replay.buffer.update_priorities(sample["indices"], td_abs)
+            replay.buffer.update_priorities(*priorities)
     with metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
         algo.env_runner_group.sync_weights(
             from_worker_or_learner_group=algo.learner_group,
@@ -257,4 +299,4 @@ def device_replay_training_step(algo: Any) -> None:
 
 __all__ = ["DeviceReplay", "EpisodeStreams", "buffer_checkpoint_state",
            "device_replay_training_step", "ensure_device_replay", "episodes_to_transitions",
-           "replay_batch"]
+           "replay_batch", "update_learners"]
