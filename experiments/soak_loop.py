@@ -24,7 +24,9 @@ What it does, on one machine (Ray on 2 CPUs, Serve on localhost):
    the promoted version still served; traffic resumes.
 6. Cycle 2: ``cloudrl loop retrain`` again on the feedback since cycle 1, then the canary
    is the planted bad policy (``--bad-policy``, default
-   ``python:serve_apps.faults:infeasible``: proposes masked actions on late-horizon states):
+   ``python:serve_apps.faults:infeasible_later``: after the smoke test, proposes masked
+   actions on every state; the tick-dependent ``faults:infeasible`` can pass a whole canary
+   window when the clusters are all in the first half of their episodes):
    expected rolled back at once by the rollout controller (exit 1); the shield answers
    meanwhile, so nothing infeasible is served.
 7. Traffic runs until ``--duration`` s (at least until both cycles are done), then the
@@ -85,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--segment", type=int, default=8, help="steps per pair side (8)")
     p.add_argument("--weight", type=float, default=0.2, help="canary share (0.2)")
     p.add_argument("--promote-after", type=int, default=1000, help="canary decisions (1000)")
-    p.add_argument("--bad-policy", default="python:serve_apps.faults:infeasible")
+    p.add_argument("--bad-policy", default="python:serve_apps.faults:infeasible_later")
     p.add_argument("--fine-tune-steps", type=int, default=0, help="0: the retrain's candidate "
                    "is a copy of the champion; >0 needs a fine-tunable champion (not the "
                    "gated DQN) and is not supported here yet")

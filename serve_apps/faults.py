@@ -13,6 +13,9 @@ check (a tick-0 state) pass while real traffic trips the shield:
 * ``python:serve_apps.faults:breaks_later``: answers its first ``GOOD_CALLS`` batches
   (the smoke test passes), then raises on every state (a canary that breaks at run time:
   the health check drops it).
+* ``python:serve_apps.faults:infeasible_later``: answers its first ``GOOD_CALLS`` batches,
+  then proposes a forbidden action on every state, whatever the tick (the soak's planted
+  bad canary: its failure does not depend on where the clusters are in their episodes).
 """
 
 from __future__ import annotations
@@ -46,13 +49,15 @@ class FaultyPolicy:
 
     def act_batch(self, observations: list[dict[str, np.ndarray]]) -> list[Any]:
         self._calls += 1
-        if self.good_calls is not None and self._calls > self.good_calls:
+        late = self.good_calls is not None and self._calls > self.good_calls
+        if late and self.fault == "raise":
             raise RuntimeError(f"injected model failure after {self.good_calls} batches")
         actions = []
         for obs in observations:
             self._inner.reset()
             actions.append(self._inner.act(obs))
-        if not self.always and all(obs["macro"][_PROGRESS] < 0.5 for obs in observations):
+        if not (self.always or late) and all(obs["macro"][_PROGRESS] < 0.5
+                                             for obs in observations):
             return actions
         if self.fault == "raise":
             raise RuntimeError("injected model failure")
@@ -94,3 +99,7 @@ def broken(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
 
 def breaks_later(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
     return FaultyPolicy("raise", interface, good_calls=GOOD_CALLS)
+
+
+def infeasible_later(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
+    return FaultyPolicy("infeasible", interface, good_calls=GOOD_CALLS)

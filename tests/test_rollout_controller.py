@@ -80,6 +80,23 @@ def test_failing_canary_is_rolled_back_within_the_window(tmp_path, states, fault
     assert h.decide(late[0]) is None and h.answers[-1][0] == "v1"  # stable serves on
 
 
+def test_infeasible_later_fails_on_early_states_too(tmp_path, states):
+    """The soak's planted canary: after its smoke test it proposes forbidden actions on any
+    tick, so its rollback does not depend on where the clusters are in their episodes (the
+    tick-dependent ``infeasible`` fault passed a whole 1,000-decision canary window)."""
+    from serve_apps.faults import GOOD_CALLS
+
+    early, _ = states
+    h = Harness(tmp_path / "s.db", failure_threshold=3)
+    plan = AutoPlan(promote_after=1000, min_decisions=1000)
+    h.controller.start("python:serve_apps.faults:infeasible_later", 1.0, plan)
+    events = [h.decide(early[i % len(early)]) for i in range(GOOD_CALLS + 1)]
+    assert "rolled_back" in events, events
+    assert h.rollout.canary is None and h.rollout.stable.policy.version == "v1"
+    for v, outcome, obs in h.answers:
+        assert h.rollout.stable.policy.is_feasible(outcome.action, obs), (v, outcome)
+
+
 def test_good_canary_is_promoted_after_n_canary_decisions(tmp_path, states):
     early, late = states
     h = Harness(tmp_path / "s.db", seed=3)
