@@ -168,6 +168,23 @@ def test_restore_refuses_a_corrupt_or_incomplete_backup_naming_the_file(tmp_path
     assert "no manifest.json" in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("content", ["sqlite-other-schema", "not-sqlite"])
+def test_backup_of_a_file_that_is_not_a_feedback_database_is_one_line(tmp_path, capsys,
+                                                                       content):
+    db = tmp_path / "state.db"
+    if content == "not-sqlite":
+        db.write_text("hello, not a database\n" * 100)
+    else:
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE other (x)")
+        con.commit()
+        con.close()
+    assert main(["backup", str(tmp_path / "bk"), "--feedback-db", str(db), "--no-registry"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--feedback-db {db}: not a feedback database" in err
+    assert not (tmp_path / "bk" / "manifest.json").exists()
+
 @pytest.mark.slow
 def test_restored_registry_resolves_the_same_uris(tmp_path):
     """The MLflow registry (database + artifacts) restored elsewhere: models:/ URIs resolve

@@ -177,9 +177,17 @@ def backup(dest: str | Path, *, checkpoints: list[str] | tuple[str, ...] = (),
     with tempfile.TemporaryDirectory(prefix="cloudrl-backup-") as tmp:
         if feedback_db is not None:
             snap = Path(tmp) / "state.db"
-            sqlite_snapshot(feedback_db, snap)
-            rows = sqlite3.connect(str(snap)).execute(
-                "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM feedback").fetchone()
+            try:
+                sqlite_snapshot(feedback_db, snap)
+                con = sqlite3.connect(str(snap))
+                try:
+                    rows = con.execute(
+                        "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM feedback").fetchone()
+                finally:
+                    con.close()
+            except sqlite3.DatabaseError as exc:
+                raise BackupError(f"--feedback-db {feedback_db}: not a feedback database "
+                                  f"({exc})") from None
             writer.put(snap, FEEDBACK_FILE)
             sources["feedback_db"] = {"path": str(Path(feedback_db).resolve()),
                                       "rows": int(rows[0]), "max_id": int(rows[1])}
