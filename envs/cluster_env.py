@@ -42,6 +42,7 @@ SLEEP_ONE, HOLD, WAKE_ONE = 0, 1, 2
 
 class _ClusterEnvBase(gym.Env):
     metadata = {"render_modes": []}
+    _branching = False  # which action mask the observation carries
 
     def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
         self.config = EnvConfig.coerce(config)
@@ -49,11 +50,11 @@ class _ClusterEnvBase(gym.Env):
         self.sim = ClusterSim(sim_cfg, make_workload(self.config.workload, sim_cfg.tick_seconds))
         self.n_servers = self.sim.fleet.n_servers
         self.queue_window = sim_cfg.queue_window
-        self.obs_builder = ObservationBuilder(self.sim)
+        self.obs_builder = ObservationBuilder(self.sim, branching=self._branching)
         self._mask = np.zeros(0, dtype=bool)
         self.episode_seed: int | None = None
 
-    # subclasses define: action_space, mask(), _apply(action) -> (invalid, extra_info)
+    # subclasses define: action_space, _apply(action) -> (invalid, extra_info)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -76,9 +77,8 @@ class _ClusterEnvBase(gym.Env):
         return obs, reward, False, self.sim.done, info
 
     def _observe(self) -> dict[str, np.ndarray]:
-        fits, servers, jobs, tier_sums = self.obs_builder.compute()
-        self._mask = self._mask_from(fits, tier_sums)
-        return self.obs_builder.assemble(servers, jobs, tier_sums, self._mask)
+        obs, self._mask = self.obs_builder.observe()
+        return obs
 
     def observe_snapshot(self, snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
         """Load an observed cluster state and return its observation (mask included).
@@ -91,8 +91,7 @@ class _ClusterEnvBase(gym.Env):
 
     def mask(self) -> np.ndarray:
         """The action mask of the current state (the same one the observation carries)."""
-        fits, _, _, tier_sums = self.obs_builder.compute()
-        return self._mask_from(fits, tier_sums)
+        return self.obs_builder.observe()[1]
 
     def _reward(self, out: TickOutcome, invalid: bool) -> tuple[float, dict[str, Any]]:
         cfg = self.config.sim
@@ -127,15 +126,6 @@ class ClusterSchedulingEnv(_ClusterEnvBase):
         self.action_space = spaces.Discrete(self.n_actions)
         self.observation_space = observation_space(self.sim, self.n_actions)
 
-    def _mask_from(self, fits: np.ndarray, tier_sums: np.ndarray) -> np.ndarray:
-        sim, n = self.sim, self.n_servers
-        mask = np.zeros(self.n_actions, dtype=bool)
-        mask[: fits.size] = fits.ravel()
-        kn = self.queue_window * n
-        mask[kn:kn + n] = sim.toggle_mask()
-        mask[-1] = True
-        return mask
-
     def _apply(self, action) -> tuple[bool, dict[str, Any]]:
         a = action if type(action) is int and 0 <= action < self.n_actions \
             else _as_int(action, self.n_actions)
@@ -152,6 +142,8 @@ class ClusterSchedulingEnv(_ClusterEnvBase):
 class ClusterBranchingEnv(_ClusterEnvBase):
     """Branching interface: ``MultiDiscrete`` with concatenated per-branch masks."""
 
+    _branching = True
+
     def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
         super().__init__(config)
         k, n = self.queue_window, self.n_servers
@@ -167,10 +159,6 @@ class ClusterBranchingEnv(_ClusterEnvBase):
     def branch_masks(self) -> list[np.ndarray]:
         """The mask of each branch, in branch order (views into :meth:`action_mask`)."""
         return [self._mask[o:o + s] for o, s in zip(self._offsets, self.branch_sizes, strict=True)]
-
-    def _mask_from(self, fits: np.ndarray, tier_sums: np.ndarray) -> np.ndarray:
-        return kernels.branching_mask(fits, tier_sums, self.queue_window, self.n_servers,
-                                      self.levels)
 
     def _apply(self, action) -> tuple[bool, dict[str, Any]]:
         a = _as_int_vector(action, self._sizes_arr)

@@ -1,8 +1,8 @@
-"""Numba kernels for the per-tick hot path: feasibility and observation features.
+"""Numba kernels for the single env's per-tick hot path: observation, power sums, checks.
 
-One call computes what would otherwise take ~40 small numpy calls (each a
-microsecond of dispatch): the (K, N) fit matrix, the per-server feature rows,
-the visible-job rows and the per-tier aggregates. Compiled once and cached
+One call (:func:`observe_env`) computes what would otherwise take ~40 small numpy
+calls (each a microsecond of dispatch): the server rows, the visible-job rows,
+the macro row and the action mask, with the batched env's code. Compiled once and cached
 on disk (``cache=True``), so Ray workers reuse the compiled code.
 """
 
@@ -11,74 +11,44 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from envs import vector_kernels as vk
+
 _FIT_EPS = 1e-9
 
 
 @numba.njit(cache=True)
-def observe(dyn, caps, static, queue_window, flag_scale, tier, n_tiers, queue, job_feats,
-            t, time_scale):  # pragma: no cover - compiled
-    """Fit matrix, server rows, job rows and per-tier sums for the current tick.
+def observe_env(dyn, queue, job_cpu, job_mem, job_arrival, job_dur, job_latest, t,
+                clock_offset, arrival_ema, violation_ema, cpu_cap, mem_cap, tier, static,
+                flag_scale, tier_norm, sin_tab, cos_tab, fpar, ipar):  # pragma: no cover
+    """The whole observation of one env in one call: ``(macro, servers, jobs, bool mask,
+    float32 mask)``, fresh arrays each call.
 
-    ``dyn`` columns: used_cpu, used_mem, is_active, is_asleep, is_waking,
-    wake_left, n_running (see envs.sim.DYN_COLS). Returns
-    ``(fits (m, N) bool, servers (N, F) f32, jobs (K, 7) f32, tier_sums (5, T),
-    queue_stats (3,))``; ``queue`` is every pending job id, its first
-    ``queue_window`` the visible slots; queue stats are the sum and minimum of
-    arrival ticks and the summed CPU demand of the whole queue, then the
-    fleet's total power draw.
-    with tier sums of used_cpu, is_active, is_asleep, is_waking and the count of
-    idle active servers.
+    The rules are the batched env's (``envs.vector_kernels.observe_one``, the same code);
+    ``queue`` is every pending job id in service order, ``fpar``/``ipar`` the parameter
+    rows of ``envs.vector_kernels`` (``Q_BRANCHING`` picks the mask layout).
     """
     n = dyn.shape[0]
-    window = queue[:queue_window]
-    m = window.shape[0]
-    servers = static.copy()
-    tier_sums = np.zeros((5, n_tiers))
-    for s in range(n):
-        used_cpu = dyn[s, 0]
-        used_mem = dyn[s, 1]
-        servers[s, 2] = caps[s, 0] - used_cpu
-        servers[s, 3] = caps[s, 1] - used_mem
-        servers[s, 4] = used_cpu / caps[s, 0]
-        for c in range(5):
-            servers[s, 5 + c] = dyn[s, 2 + c] * flag_scale[c]
-        k = tier[s]
-        tier_sums[0, k] += used_cpu
-        tier_sums[1, k] += dyn[s, 2]
-        tier_sums[2, k] += dyn[s, 3]
-        tier_sums[3, k] += dyn[s, 4]
-        if dyn[s, 2] > 0.0 and dyn[s, 6] == 0.0:
-            tier_sums[4, k] += 1.0
-    fits = np.zeros((m, n), dtype=np.bool_)
-    jobs = np.zeros((queue_window, 7), dtype=np.float32)
-    for i in range(m):
-        j = window[i]
-        cpu = job_feats[j, 0]
-        mem = job_feats[j, 1]
-        any_fit = False
-        for s in range(n):
-            ok = dyn[s, 2] > 0.0 and cpu <= caps[s, 0] - dyn[s, 0] + _FIT_EPS \
-                and mem <= caps[s, 1] - dyn[s, 1] + _FIT_EPS
-            fits[i, s] = ok
-            any_fit = any_fit or ok
-        jobs[i, 0] = 1.0
-        jobs[i, 1] = cpu
-        jobs[i, 2] = mem
-        jobs[i, 3] = job_feats[j, 2] / time_scale
-        jobs[i, 4] = (t - job_feats[j, 3]) / time_scale
-        jobs[i, 5] = (job_feats[j, 4] - t) / time_scale
-        jobs[i, 6] = 1.0 if any_fit else 0.0
-    queue_stats = np.zeros(4)  # sum of arrivals, min arrival, sum of CPU demand, total watts
-    for s in range(n):
-        queue_stats[3] += dyn[s, 7]
-    if queue.shape[0]:
-        queue_stats[1] = job_feats[queue[0], 3]
-    for i in range(queue.shape[0]):
-        j = queue[i]
-        queue_stats[0] += job_feats[j, 3]
-        queue_stats[1] = min(queue_stats[1], job_feats[j, 3])
-        queue_stats[2] += job_feats[j, 0]
-    return fits, servers, jobs, tier_sums, queue_stats
+    window = ipar[vk.Q_WINDOW]
+    n_tiers = ipar[vk.Q_TIERS]
+    if ipar[vk.Q_BRANCHING] != 0:
+        mask_size = window * (n + 1) + 3 * n_tiers + ipar[vk.Q_LEVELS]
+    else:
+        mask_size = window * n + n + 1
+    ist = np.zeros(vk.N_ISTATE, dtype=np.int64)
+    ist[vk.I_T] = t
+    ist[vk.I_QLEN] = queue.shape[0]
+    ist[vk.I_CLOCK_OFFSET] = clock_offset
+    fema = np.empty(2)
+    fema[0] = arrival_ema
+    fema[1] = violation_ema
+    macro = np.empty(4 * n_tiers + 11, dtype=np.float32)
+    servers = np.empty((n, static.shape[1]), dtype=np.float32)
+    jobs = np.empty((window, 7), dtype=np.float32)
+    mask = np.empty(mask_size, dtype=np.bool_)
+    vk.observe_one(dyn, ist, fema, queue, job_cpu, job_mem, job_arrival, job_dur, job_latest,
+                   cpu_cap, mem_cap, tier, static, flag_scale, tier_norm, sin_tab, cos_tab,
+                   fpar, ipar, macro, servers, jobs, mask)
+    return macro, servers, jobs, mask, mask.astype(np.float32)
 
 
 @numba.njit(cache=True)
@@ -93,28 +63,6 @@ def tick_sums(dyn, cpu_cap):  # pragma: no cover - compiled
             used += dyn[s, 0]
             cap += cpu_cap[s]
     return watts, used, cap
-
-
-@numba.njit(cache=True)
-def branching_mask(fits, tier_sums, queue_window, n_servers, levels):  # pragma: no cover
-    """Concatenated per-branch masks: K slot branches (N servers + defer), T tier branches
-    (sleep one if an idle active server, hold, wake one if an asleep server), L levels."""
-    n_tiers = tier_sums.shape[1]
-    row = n_servers + 1
-    mask = np.zeros(queue_window * row + 3 * n_tiers + levels, dtype=np.bool_)
-    for k in range(queue_window):
-        if k < fits.shape[0]:
-            for s in range(n_servers):
-                mask[k * row + s] = fits[k, s]
-        mask[k * row + n_servers] = True
-    base = queue_window * row
-    for t in range(n_tiers):
-        mask[base + 3 * t] = tier_sums[4, t] > 0
-        mask[base + 3 * t + 1] = True
-        mask[base + 3 * t + 2] = tier_sums[2, t] > 0
-    for level in range(levels):
-        mask[base + 3 * n_tiers + level] = True
-    return mask
 
 
 @numba.njit(cache=True)
@@ -134,11 +82,15 @@ def warm_up() -> None:
     """Compile (or load from the on-disk cache) before the first timed step."""
     dyn = np.zeros((1, 9))
     dyn[0, 2] = 1.0
-    observe(dyn, np.ones((1, 2)), np.zeros((1, 13), dtype=np.float32), 1, np.ones(5),
-            np.zeros(1, dtype=np.int64), 1, np.zeros(1, dtype=np.int64), np.ones((1, 5)),
-            0.0, 100.0)
-    tick_sums(dyn, np.ones(1))
-    fits = np.ones((1, 1), dtype=np.bool_)
-    mask = branching_mask(fits, np.ones((5, 1)), 1, 1, 1)
+    ones, ids = np.ones(1), np.zeros(1, dtype=np.int64)
+    fpar, ipar = np.ones(9), np.ones(8, dtype=np.int64)
+    ipar[vk.Q_TIERS] = 1
+    for branching in (0, 1):
+        ipar[vk.Q_BRANCHING] = branching
+        observe_env(dyn, ids, ones, ones, ids, ids, ids, 0, 0, 0.0, 0.0, ones, ones, ids,
+                    np.zeros((1, 13), dtype=np.float32), np.ones(5), np.ones((4, 1)), ones,
+                    ones, fpar, ipar)
+    tick_sums(dyn, ones)
     sizes = np.array([2, 3, 1], dtype=np.int64)
-    check_branching(np.zeros(3, dtype=np.int64), sizes, np.array([0, 2, 5]), mask)
+    check_branching(np.zeros(3, dtype=np.int64), sizes, np.array([0, 2, 5]),
+                    np.ones(6, dtype=np.bool_))

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs import kernels
+from envs import vector_kernels as vk
 from envs.sim import ClusterSim
 
 TIME_SCALE = 100.0  # ticks; times in features are divided by this
@@ -57,12 +58,14 @@ def observation_space(sim: ClusterSim, mask_size: int) -> spaces.Dict:
 class ObservationBuilder:
     """Builds observations for one simulator; static columns are computed once.
 
-    Dynamic columns, the fit matrix and per-tier sums come from one compiled
-    kernel call (envs.kernels.observe) over the simulator's ``dyn`` matrix.
+    The server rows, job rows, macro row and the interface's action mask come
+    from one compiled call (``envs.kernels.observe_env``, the batched env's rules)
+    over the simulator's ``dyn`` matrix and job arrays.
     """
 
-    def __init__(self, sim: ClusterSim) -> None:
+    def __init__(self, sim: ClusterSim, branching: bool = False) -> None:
         fleet = sim.fleet
+        cfg = sim.cfg
         self.sim = sim
         n, t = fleet.n_servers, fleet.n_tiers
         self._static = np.zeros((n, server_features(t)), dtype=np.float32)
@@ -72,61 +75,51 @@ class ObservationBuilder:
         self._static[:, S["watts_per_cpu"]] = watts_per_cpu / watts_per_cpu.max()
         self._static[:, S["p_idle"]] = fleet.p_idle / fleet.p_max.max()
         self._static[:, len(SERVER_COLS):] = fleet.tier_onehot
-        self._caps = np.stack([fleet.cpu_cap, fleet.mem_cap], axis=1)
-        self._tier = fleet.tier.astype(np.int64)
-        self._n_tiers = t
-        self._n_servers = n
+        self._cpu_cap = np.ascontiguousarray(fleet.cpu_cap, dtype=np.float64)
+        self._mem_cap = np.ascontiguousarray(fleet.mem_cap, dtype=np.float64)
+        self._tier = np.ascontiguousarray(fleet.tier, dtype=np.int64)
         # dyn[:, is_active..n_running] scaled into the server columns of the same order
-        self._flag_scale = np.array([1.0, 1.0, 1.0, 1.0 / max(1, sim.cfg.wake_delay),
+        self._flag_scale = np.array([1.0, 1.0, 1.0, 1.0 / max(1, cfg.wake_delay),
                                      1.0 / RUNNING_SCALE])
         tier_count = fleet.tier_onehot.sum(axis=0)
         den = np.stack([fleet.tier_onehot.T @ fleet.cpu_cap, tier_count, tier_count, tier_count])
         # a tier with no server (tiny fleets) reports zeros, not NaN
         self._tier_norm = np.divide(1.0, den, out=np.zeros_like(den), where=den > 0)
         self._inv_peak_w = 1.0 / float(fleet.p_max.sum())
-        self._two_pi_over_day = 2.0 * np.pi / sim.cfg.diurnal_period
+        self._two_pi_over_day = 2.0 * np.pi / cfg.diurnal_period
+        period = cfg.diurnal_period
+        step = self._two_pi_over_day
+        # sin/cos of each tick of the day: the phase is an integer tick, so a table is exact
+        self._sin = np.array([math.sin(k * step) for k in range(period)])
+        self._cos = np.array([math.cos(k * step) for k in range(period)])
+        fpar = np.zeros(9)
+        fpar[vk.P_TICK_SECONDS] = cfg.tick_seconds
+        fpar[vk.P_PEAK_W] = sim.fleet_peak_w
+        fpar[vk.P_INV_PEAK_W] = self._inv_peak_w
+        fpar[vk.P_TOTAL_CPU] = sim.capacity.total_cpu
+        fpar[vk.P_ALPHA] = cfg.alpha
+        fpar[vk.P_BETA] = cfg.beta
+        fpar[vk.P_TOGGLE] = cfg.toggle_penalty
+        fpar[vk.P_INVALID] = cfg.invalid_action_penalty
+        fpar[vk.P_TIME_SCALE] = TIME_SCALE
+        ipar = np.zeros(8, dtype=np.int64)
+        ipar[vk.Q_WINDOW] = cfg.queue_window
+        ipar[vk.Q_CAPACITY] = cfg.queue_capacity
+        ipar[vk.Q_WAKE_DELAY] = cfg.wake_delay
+        ipar[vk.Q_EPISODE_LENGTH] = cfg.episode_length
+        ipar[vk.Q_LEVELS] = cfg.priority_levels
+        ipar[vk.Q_PERIOD] = period
+        ipar[vk.Q_BRANCHING] = int(branching)
+        ipar[vk.Q_TIERS] = t
+        self.fpar, self.ipar = fpar, ipar
 
-    def compute(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(fits (m, N), servers rows, job rows, tier sums (5, T)) of the current tick."""
+    def observe(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(the Dict observation of the current tick, its bool action mask); fresh arrays."""
         sim = self.sim
-        queue = np.array(sim.queue, dtype=np.int64)
-        fits, servers, jobs, tier_sums, queue_stats = kernels.observe(
-            sim.dyn, self._caps, self._static, sim.cfg.queue_window, self._flag_scale,
-            self._tier, self._n_tiers, queue, sim.job_feats, float(sim.t), TIME_SCALE)
-        self._queue_stats = queue_stats
-        return fits, servers, jobs, tier_sums
-
-    def assemble(self, servers: np.ndarray, jobs: np.ndarray, tier_sums: np.ndarray,
-                 mask: np.ndarray) -> dict[str, np.ndarray]:
-        """The Dict observation from :meth:`compute`'s parts and the interface's mask."""
-        return {
-            "macro": self._macro(tier_sums),
-            "servers": servers,
-            "jobs": jobs,
-            "action_mask": mask.astype(np.float32),
-        }
-
-    def _macro(self, tier_sums: np.ndarray) -> np.ndarray:
-        """Platform aggregates; uses the queue statistics of the latest :meth:`compute`."""
-        sim = self.sim
-        per_tier = tier_sums[:4] * self._tier_norm
-        queue = sim.queue
-        t = sim.t
-        if queue:
-            arrival_sum, arrival_min, cpu_sum, _ = self._queue_stats.tolist()
-            q_mean = (t - arrival_sum / len(queue)) / TIME_SCALE
-            q_max = (t - arrival_min) / TIME_SCALE
-            q_cpu = cpu_sum / sim.capacity.total_cpu
-        else:
-            q_mean = q_max = q_cpu = 0.0
-        phase = ((t + sim.clock_offset) % sim.cfg.diurnal_period) * self._two_pi_over_day
-        tail = [
-            len(queue) / sim.cfg.queue_capacity, q_mean, q_max, q_cpu, sim.arrival_ema,
-            float(self._queue_stats[3]) * self._inv_peak_w,
-            float(tier_sums[2].sum()) / self._n_servers,
-            sim.violation_ema, math.sin(phase), math.cos(phase), t / sim.cfg.episode_length,
-        ]
-        out = np.empty(per_tier.size + len(tail), dtype=np.float32)
-        out[:per_tier.size] = per_tier.ravel()
-        out[per_tier.size:] = tail
-        return out
+        macro, servers, jobs, mask, mask_f = kernels.observe_env(
+            sim.dyn, np.array(sim.queue, dtype=np.int64), sim.job_cpu, sim.job_mem,
+            sim.job_arrival, sim.job_duration, sim.job_latest_start, sim.t, sim.clock_offset,
+            sim.arrival_ema, sim.violation_ema, self._cpu_cap, self._mem_cap, self._tier,
+            self._static, self._flag_scale, self._tier_norm, self._sin, self._cos, self.fpar,
+            self.ipar)
+        return {"macro": macro, "servers": servers, "jobs": jobs, "action_mask": mask_f}, mask
