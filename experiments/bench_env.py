@@ -20,8 +20,9 @@ Run:  .venv/bin/python -m experiments.bench_env [--steps 20000] [--repeats 3]
 Targets: at N=50 a single-env step costs <= 5x a CartPole step (issue 2); the batched
 env's cost per env step at B=32, N=50 is <= 1x a CartPole step (issue 18).
 Results to expect (2-core CI-class machine, numba kernels warm; see README
-for the table measured in this change): CartPole ~7-10 µs/step; cluster
-flat N=50 ~4-5x CartPole, branching N=50 ~6-7x, N=200 ~8-10x.
+for the table measured in this change): CartPole ~8-9 µs/step; near idle, cluster
+flat N=50 ~3.5x CartPole, branching N=50 ~4.3x (single-env observation in one numba
+call), N=200 ~4-6x; batched at B=32 ~0.4x.
 """
 
 from __future__ import annotations
