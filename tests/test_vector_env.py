@@ -194,6 +194,39 @@ def test_train_config_runs_the_batched_env_only_where_it_applies():
     assert mode(algo="hierarchical") == "sync"  # multi-agent
 
 
+def test_cluster_envs_skip_rllib_action_normalization():
+    """Discrete/MultiDiscrete actions need no unsquashing; RLlib's connector would only
+    deep-copy them every step. Other envs keep RLlib's default."""
+    from cloudrl.training import TrainConfig, build_algo_config
+
+    def normalize(**kwargs):
+        return build_algo_config(TrainConfig(env=SMALL, **kwargs)).normalize_actions
+
+    assert normalize(algo="ppo") is False and normalize(algo="bdq") is False
+    assert normalize(algo="ppo", batched_env=False) is False
+    assert normalize(algo="gated_dqn") is True
+
+
+def test_rllib_env_runner_explores_masked_ppo_on_the_batched_env():
+    """Exploring masked PPO through the env runner (no action normalization, no mode
+    toggle): every sampled action is one the observation's mask allowed."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from cloudrl.training import TrainConfig, build_algo_config
+
+    cfg = TrainConfig(algo="ppo", env=SMALL, envs_per_runner=3, hidden=8)
+    runner = SingleAgentEnvRunner(config=build_algo_config(cfg))
+    episodes = runner.sample(num_timesteps=60, explore=True)
+    checked = 0
+    for episode in episodes:
+        masks = episode.get_observations()["action_mask"]
+        for t, action in enumerate(episode.get_actions()):
+            assert masks[t][int(action)] == 1.0
+            checked += 1
+    assert checked >= 60
+    runner.stop()
+
+
 def test_rllib_env_runner_samples_the_batched_env():
     """RLlib's own env runner builds the batched env from the registered name and samples
     whole episodes from it (reward scaled, cluster infos present)."""

@@ -1,0 +1,52 @@
+"""The env runner's per-step module path: masked PPO explores without RLlib's mode toggle.
+
+RLlib's TorchRLModule.forward_exploration/forward_inference call ``eval()`` and then
+``train()`` around every call (two walks over all submodules per env step). The masked PPO
+module skips them; that is only behaviour-preserving while no layer depends on the mode,
+which the first test checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from envs.cluster_env import ClusterSchedulingEnv
+from models.masked_ppo import MaskedPPOTorchRLModule
+
+MODE_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
+
+
+def _module_and_batch(**extra):
+    env = ClusterSchedulingEnv({"n_servers": 6})
+    torch.manual_seed(0)
+    module = MaskedPPOTorchRLModule(observation_space=env.observation_space,
+                                    action_space=env.action_space,
+                                    model_config={"head_hiddens": [16], **extra})
+    obs = [env.reset(seed=s)[0] for s in range(4)]
+    batch = {Columns.OBS: {key: torch.as_tensor(np.stack([o[key] for o in obs]))
+                           for key in obs[0]}}
+    return module, batch
+
+
+@pytest.mark.parametrize("extra", [{}, {"alignment_head": {"hidden": 8}}])
+def test_masked_ppo_has_no_mode_dependent_layers(extra):
+    module, _ = _module_and_batch(**extra)
+    assert not [m for m in module.modules() if isinstance(m, MODE_DEPENDENT)]
+
+
+@pytest.mark.parametrize("method", ["forward_exploration", "forward_inference"])
+def test_masked_ppo_forward_skips_the_mode_toggle_and_matches_rllib(method, monkeypatch):
+    module, batch = _module_and_batch()
+    module.train()
+    expected = getattr(TorchRLModule, method)(module, batch)[Columns.ACTION_DIST_INPUTS]
+    calls = []
+    monkeypatch.setattr(module, "train", lambda mode=True: calls.append(("train", mode)))
+    monkeypatch.setattr(module, "eval", lambda: calls.append(("eval",)))
+    out = getattr(module, method)(batch)[Columns.ACTION_DIST_INPUTS]
+    assert calls == []
+    assert module.training
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
