@@ -110,6 +110,9 @@ def search_space(interface: Interface) -> dict[str, Any]:
         "hysteresis": tune.uniform(0.0, 3.0),  # sleep only this far above the low water
         "tier_weight": tune.loguniform(1e-3, 30.0),  # most-loaded vs most-efficient tier
         "job_order": tune.choice(list(JOB_ORDERS)),
+        # duration-aware placement: jobs this long (0 = off) use long_tier_weight
+        "long_job_ticks": tune.choice([0.0, 30.0, 60.0, 100.0, 300.0]),
+        "long_tier_weight": tune.loguniform(1e-3, 30.0),
     }
     if interface == "branching":
         space["priority_level"] = tune.choice([-1, 0, 1, 2])

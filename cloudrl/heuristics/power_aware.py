@@ -29,6 +29,9 @@ demands in largest-machine units, as in the observation):
   and ``net - capacity(server) >= low + hysteresis`` in both resources, so a
   sleep never triggers the next tick's wake (no flicker). Branching: servers
   that received a job this tick are not idle; one sleep per tier per tick.
+* **Duration-aware placement** (``long_job_ticks`` > 0; off by default): jobs that run
+  at least that many ticks are scored with ``long_tier_weight`` instead of
+  ``tier_weight`` (``experiments/analyse_headline_gap.py`` measures what it can reach).
 * **Priority** (branching): level L-1, least slack first (``priority_level``).
 
 Flat: one action per tick, so it places when anything is placeable and
@@ -53,9 +56,10 @@ import numpy as np
 from cloudrl.heuristics.base import HeuristicPolicy, JointPlan, ObsView, columns
 from cloudrl.policy import Interface
 from envs.cluster_env import HOLD, SLEEP_ONE, WAKE_ONE
-from envs.observation import MACRO_TAIL, SERVER_COLS, J, S
+from envs.observation import MACRO_TAIL, SERVER_COLS, TIME_SCALE, J, S
 
 _CPU, _MEM, _SLACK, _PRESENT = J["cpu"], J["mem"], J["slack"], J["present"]
+_DURATION = J["duration"]
 _JOB_DEMAND = columns(("cpu", "mem"), J)
 _CAPS = columns(("cpu_cap", "mem_cap"), S)
 _CAP_CPU, _CAP_MEM = S["cpu_cap"], S["mem_cap"]
@@ -82,10 +86,14 @@ class PowerAwareConfig:
     priority_level: int = -1  # branching queue order; -1 = L-1 (least slack first)
     size_prior: float = 0.1  # mean job demand assumed before any job is seen
     size_ema: float = 0.05  # smoothing of the observed mean job demand
+    # duration-aware placement: jobs of at least long_job_ticks (0 = off) are placed with
+    # long_tier_weight instead of tier_weight (e.g. long jobs tier-first, short ones best fit)
+    long_job_ticks: float = 0.0
+    long_tier_weight: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("spare_floor", "spare_frac", "lead_ticks", "hysteresis", "tier_weight",
-                     "size_prior"):
+                     "size_prior", "long_job_ticks", "long_tier_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"PowerAwareConfig.{name} must be >= 0")
         if not 0 < self.size_ema <= 1:
@@ -141,8 +149,13 @@ class PowerAwareConsolidation(HeuristicPolicy):
 
     def _choose_server(self, view: ObsView, slot: int, feasible: np.ndarray,
                        plan: JointPlan) -> int:
+        cfg = self.config
+        weight = cfg.tier_weight
+        if cfg.long_job_ticks > 0 and \
+                view.jobs[slot, _DURATION] * TIME_SCALE >= cfg.long_job_ticks:
+            weight = cfg.long_tier_weight
         util = 1.0 - plan.free_cpu / self._cap_cpu
-        score = np.where(feasible, util - self.config.tier_weight * self._wpc, -np.inf)
+        score = np.where(feasible, util - weight * self._wpc, -np.inf)
         return int(score.argmax())
 
     def _priority(self, view: ObsView) -> int:
