@@ -16,8 +16,9 @@ Sub-agents come in two kinds, set per entry of ``config["sub_agents"]``:
   ``config["sub_agent_factory"](spec, interface)`` when a factory is given.
 * **external** (an RLlib agent ``"sub_<i>"``, e.g. a learned policy mapped by
   ``policy_mapping_fn`` in a ``MultiRLModule``, frozen or co-trained): a string
-  entry without a factory. It receives the cluster observation on each of its
-  ticks and acts through ``step({"sub_<i>": action})``.
+  entry without a factory, or one whose index is in ``config["external"]``. It
+  receives the cluster observation on each of its ticks and acts through
+  ``step({"sub_<i>": action})``.
 
 Only the agent whose turn it is gets an observation, and ``step`` accepts an
 action from that agent only (anything else is a ValueError). Rewards go to the
@@ -59,6 +60,7 @@ class HierarchicalClusterEnv(MultiAgentEnv):
     ``interface`` (``"flat"`` or ``"branching"``), ``k`` (ticks per supervisor decision,
     default 10), ``sub_agents`` (list, one entry per sub-agent, at least one),
     ``sub_agent_factory`` (optional callable ``(spec, interface) -> policy``),
+    ``external`` (indices of string entries left to RLlib even with a factory),
     ``reward_scale`` (default 1).
     """
 
@@ -79,10 +81,12 @@ class HierarchicalClusterEnv(MultiAgentEnv):
         if not specs:
             raise ValueError("sub_agents: give at least one sub-agent")
         factory: Callable[[Any, str], Any] | None = cfg.get("sub_agent_factory")
+        external_ids = {int(i) for i in cfg.get("external") or ()}
         self.sub_agents: list[Any | None] = []  # the policy object, or None: external
-        for spec in specs:
+        for i, spec in enumerate(specs):
             if isinstance(spec, str):
-                self.sub_agents.append(factory(spec, self.interface) if factory else None)
+                embed = factory is not None and i not in external_ids
+                self.sub_agents.append(factory(spec, self.interface) if embed else None)
             elif callable(getattr(spec, "act", None)):
                 self.sub_agents.append(spec)
             else:
@@ -115,6 +119,7 @@ class HierarchicalClusterEnv(MultiAgentEnv):
             if policy is not None:
                 policy.reset()
         self._obs, self._active, self._tick = obs, None, 0
+        self._acted: set[int] = set()
         return {SUPERVISOR: obs["macro"]}, {SUPERVISOR: info}
 
     def step(self, action_dict: Mapping[str, Any]):
@@ -165,8 +170,10 @@ class HierarchicalClusterEnv(MultiAgentEnv):
         info = {**acc, "sub_agent": i, "started_at": self._started_at,
                 "ticks": self._tick - self._started_at}
         obs = {SUPERVISOR: self._obs["macro"]}
-        if done and self.sub_agents[i] is None:
-            obs[sub_agent_id(i)] = self._obs  # its final observation
+        if self.sub_agents[i] is None:
+            self._acted.add(i)
+        if done:  # every external sub-agent that acted gets the final observation
+            obs.update({sub_agent_id(j): self._obs for j in sorted(self._acted)})
         self._active = None
         return obs, rewards, _flags(False), _flags(done), {SUPERVISOR: info}
 

@@ -61,6 +61,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -68,18 +70,49 @@ if str(ROOT) not in sys.path:
 SUB_AGENTS = ["power_aware", "power_aware:spare_floor=6,lead_ticks=10,spare_frac=0.1", "sjf"]
 SUB_LABELS = ["power_aware", "pa_headroom", "sjf"]
 OTHER_HEURISTICS = ["round_robin", "ffd"]
+LEARNED_LABELS = ["lean", "cautious"]  # experiments/train_sub_agents.py's specialists
 
 
-def run_policies(policies: dict, env_cfg: dict, seeds: list[int]) -> list:
+def run_policies(policies: dict, env_cfg: dict, seeds: list[int],
+                 interface: str = "flat") -> list:
     from cloudrl.evaluate import make_env, run_episode
     from envs.env_config import EnvConfig
 
-    env = make_env(EnvConfig.model_validate(env_cfg), "flat")
+    env = make_env(EnvConfig.model_validate(env_cfg), interface)
     out = []
     for label, policy in policies.items():
         for seed in seeds:
             out.append(replace(run_episode(policy, env, seed), policy=label))
     return out
+
+
+def paired_differences(results: list, reference: str) -> list[dict]:
+    """Per-seed reward of ``reference`` minus each other policy's on the same seed:
+    mean and 95% CI (t) of the paired differences, and how many seeds it wins."""
+    from scipy import stats
+
+    by = {}
+    for r in results:
+        by.setdefault(r.policy, {})[r.seed] = r.episode_reward
+    ref = by[reference]
+    rows = []
+    for name, rewards in by.items():
+        if name == reference:
+            continue
+        d = np.array([ref[s] - rewards[s] for s in ref])
+        half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) \
+            if len(d) > 1 else float("nan")
+        rows.append({"vs": name, "mean_diff": float(d.mean()), "ci95": half,
+                     "wins": int((d > 0).sum()), "ties": int((d == 0).sum()), "n": len(d)})
+    return rows
+
+
+def format_paired(rows: list[dict], reference: str) -> str:
+    lines = [f"| {reference} minus | reward diff (mean ± 95% CI) | wins / ties / seeds |",
+             "|---|---|---|"]
+    lines += [f"| {r['vs']} | {r['mean_diff']:+.1f} ± {r['ci95']:.1f} | "
+              f"{r['wins']} / {r['ties']} / {r['n']} |" for r in rows]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -92,6 +125,10 @@ def main() -> int:
     parser.add_argument("--workloads", nargs="+", default=["poisson", "google_v2_like"])
     parser.add_argument("--out", default="results/bench_hierarchical")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--learned-subs", type=Path, default=None, metavar="DIR",
+                        help="learned sub-agents DIR/{lean,cautious}_<workload>_n<N> "
+                             "(experiments/train_sub_agents.py) on the branching interface")
+    parser.add_argument("--no-reinforce", action="store_true", help="skip the REINFORCE gate")
     args = parser.parse_args()
     if args.quick:
         args.n_servers, args.seeds, args.env_steps = 8, 3, 300
@@ -124,6 +161,9 @@ def main() -> int:
     client, run_id = open_run(None, "cloudrl-hierarchical", f"bench_n{args.n_servers}",
                               {"bench": "hierarchical"})
     seeds = seeds_for("test", args.seeds)
+    learned_mode = args.learned_subs is not None
+    interface = "branching" if learned_mode else "flat"
+    labels = LEARNED_LABELS if learned_mode else SUB_LABELS
     hparams = {"sub_agents": SUB_AGENTS, "k": args.k}
     if args.quick:
         hparams.update(train_batch_size_per_learner=100, minibatch_size=50, num_epochs=1)
@@ -135,7 +175,13 @@ def main() -> int:
             env_cfg = {"n_servers": args.n_servers, "workload": wl}
             if args.quick:
                 env_cfg["sim"] = {"episode_length": 100}
-            cfg = TrainConfig(algo="hierarchical", env=env_cfg, env_steps=args.env_steps,
+            subs = SUB_AGENTS
+            if learned_mode:
+                subs = [str((args.learned_subs / f"{name}_{wl}_n{args.n_servers}").resolve())
+                        for name in LEARNED_LABELS]
+                hparams = {**hparams, "sub_agents": subs}
+            cfg = TrainConfig(algo="hierarchical_branching" if learned_mode else "hierarchical",
+                              env=env_cfg, env_steps=args.env_steps,
                               envs_per_runner=1, hparams=hparams,
                               checkpoint_dir=str(out / f"ck_{wl}_n{args.n_servers}"))
             start = time.perf_counter()
@@ -149,45 +195,49 @@ def main() -> int:
             path, _ = train(cfg, on_iteration=curve)
             train_s = time.perf_counter() - start
             learned = load_policy(path)
-            learned.sub_agent_names = list(SUB_LABELS)
+            learned.sub_agent_names = list(labels)
             rule = HierarchicalPolicy(RuleSupervisor(power=0, sla=1),
-                                      [make_sub_agent(s, "flat") for s in SUB_AGENTS],
-                                      args.k, sub_agent_names=SUB_LABELS)
+                                      [make_sub_agent(s, interface) for s in subs],
+                                      args.k, interface, sub_agent_names=labels)
+            policies = {"ppo_supervisor": learned, "rule_supervisor": rule}
+            if not args.no_reinforce:
+                start = time.perf_counter()
+                gate, _ = train_reinforce_gate(env_cfg, [make_sub_agent(s, interface)
+                                                         for s in subs], args.k,
+                                               seeds_for("train", args.seeds),
+                                               interface=interface)
+                print(f"[{wl}] REINFORCE gate: {args.seeds} train episodes in "
+                      f"{time.perf_counter() - start:.0f} s", flush=True)
+                policies["reinforce_supervisor"] = HierarchicalPolicy(
+                    gate, [make_sub_agent(s, interface) for s in subs], args.k, interface,
+                    sub_agent_names=labels)
+            policies |= {label: make_sub_agent(s, interface)
+                         for label, s in zip(labels, subs, strict=True)}
+            others = ["power_aware", "round_robin"] if learned_mode else OTHER_HEURISTICS
+            policies |= {h: make_heuristic(h, interface) for h in others}
             start = time.perf_counter()
-            gate, _ = train_reinforce_gate(env_cfg, [make_sub_agent(s, "flat") for s in
-                                                     SUB_AGENTS], args.k,
-                                           seeds_for("train", args.seeds))
-            print(f"[{wl}] REINFORCE gate: {args.seeds} train episodes in "
-                  f"{time.perf_counter() - start:.0f} s", flush=True)
-            reinforce = HierarchicalPolicy(gate, [make_sub_agent(s, "flat") for s in
-                                                  SUB_AGENTS], args.k,
-                                           sub_agent_names=SUB_LABELS)
-            policies = {"ppo_supervisor": learned, "reinforce_supervisor": reinforce,
-                        "rule_supervisor": rule}
-            policies |= {label: make_sub_agent(s, "flat")
-                         for label, s in zip(SUB_LABELS, SUB_AGENTS, strict=True)}
-            policies |= {h: make_heuristic(h) for h in OTHER_HEURISTICS}
-            start = time.perf_counter()
-            results = run_policies(policies, env_cfg, seeds)
+            results = run_policies(policies, env_cfg, seeds, interface)
             eval_s = time.perf_counter() - start
             rows = summary_rows(results)
             table = format_table(rows, markdown=True)
             header = (f"*{wl}*, N={args.n_servers}, k={args.k}, {args.seeds} test seeds, "
                       f"supervisor trained {args.env_steps} decisions ({train_s:.0f} s), "
                       f"eval {eval_s:.0f} s")
-            print(f"\n{header}\n\n{table}\n", flush=True)
-            (out / f"table_{wl}.md").write_text(f"{header}\n\n{table}\n")
-            summary[wl] = rows
+            paired = paired_differences(results, "ppo_supervisor")
+            ptable = format_paired(paired, "ppo_supervisor")
+            print(f"\n{header}\n\n{table}\n\n{ptable}\n", flush=True)
+            (out / f"table_{wl}.md").write_text(f"{header}\n\n{table}\n\n{ptable}\n")
+            summary[wl] = {"rows": rows, "paired": paired}
             log_metrics(client, run_id, {f"{wl}/{r['policy']}/{k}": r[k] for r in rows
                                          for k in ("episode_reward_mean", "energy_kwh_mean",
                                                    "sla_violation_rate_mean")})
             share_seeds = seeds[:min(10, len(seeds))]
             shares[wl] = decision_shares(learned, make_env(EnvConfig.model_validate(env_cfg),
-                                                           "flat"), share_seeds)
+                                                           interface), share_seeds)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         log_artifacts(client, run_id, [*out.glob("table_*.md"), out / "summary.json"],
                       "tables")
-        png = log_decision_shares(client, run_id, shares, SUB_LABELS, out)
+        png = log_decision_shares(client, run_id, shares, labels, out)
         print(f"decision share plot: {png} (MLflow run {run_id})")
     ray.shutdown()
     return 0

@@ -25,7 +25,11 @@ from cloudrl.algorithms.bdq.hparams import BDQHparams
 from cloudrl.algorithms.cql_lag.hparams import CQLLagHparams
 from cloudrl.algorithms.dqn import DQNHparams
 from cloudrl.algorithms.gated.hparams import GatedHparams
-from cloudrl.algorithms.hierarchical.hparams import HierarchicalHparams, hierarchy_hook
+from cloudrl.algorithms.hierarchical.hparams import (
+    HierarchicalBranchingHparams,
+    HierarchicalHparams,
+    hierarchy_hook,
+)
 from cloudrl.algorithms.hparams import Hparams, RunShape
 from cloudrl.algorithms.impala import IMPALAHparams, iterations_per_train_batch
 from cloudrl.algorithms.ppo import PPOHparams
@@ -101,6 +105,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in (
                   "cloudrl.algorithms.hierarchical.hierarchical:HierarchicalPPOConfig",
                   "models.hierarchical:SupervisorPPOTorchRLModule", "flat", "sync",
                   HierarchicalHparams, configure=hierarchy_hook, samples_actions=True,
+                  policy_loader="cloudrl.algorithms.hierarchical.policy:HierarchicalPolicy"),
+    # the same hierarchy on the branching interface (e.g. over gated_dqn / BDQ sub-agents)
+    AlgorithmSpec("hierarchical_branching",
+                  "cloudrl.algorithms.hierarchical.hierarchical:HierarchicalPPOConfig",
+                  "models.hierarchical:SupervisorPPOTorchRLModule", "branching", "sync",
+                  HierarchicalBranchingHparams, configure=hierarchy_hook, samples_actions=True,
                   policy_loader="cloudrl.algorithms.hierarchical.policy:HierarchicalPolicy"),
     # the power-aware heuristic acts; the module picks its preset (on the branching env)
     AlgorithmSpec("gated_dqn", "cloudrl.algorithms.gated.config:GatedDQNConfig",

@@ -8,25 +8,34 @@ cluster env config under ``envs.hierarchical_env.HierarchicalClusterEnv``
 (``cloudrl/Hierarchical-v0``) with the frozen sub-agents embedded in it, maps
 agent ids to modules with ``policy_mapping_fn`` in one ``MultiRLModuleSpec``
 (the supervisor: ``models.hierarchical.SupervisorPPOTorchRLModule``; its model
-config records the sub-agents and ``k`` for the checkpoint), trains only the
-supervisor, and logs the cluster totals and the decision share of each
-sub-agent (``HierarchyMetricsCallback``).
+config records the sub-agents, ``k`` and the interface for the checkpoint), trains
+the supervisor, and logs the cluster totals and the decision share of each
+sub-agent (``HierarchyMetricsCallback``). The interface is the wrapped env's (flat
+for ``hierarchical``, branching for ``hierarchical_branching``).
+
+Checkpoint sub-agents are frozen inside the env by default. With
+``embed_sub_agents=False`` or ``co_train=True`` each (masked PPO) checkpoint
+sub-agent ``i`` is an RLlib agent ``sub_<i>`` with its own module (loaded from the
+checkpoint) in the ``MultiRLModule``; ``policies_to_train`` holds it only under
+``co_train`` (heuristic sub-agents stay embedded).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 
+from cloudrl.algorithms.hierarchical.hparams import checkpoint_meta
 from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
 from cloudrl.callbacks import WINDOW, episode_totals
-from envs.hierarchical_env import SUPERVISOR
-from envs.registration import HIERARCHICAL_ID
+from envs.hierarchical_env import SUPERVISOR, sub_agent_id
+from envs.registration import BRANCHING_ID, HIERARCHICAL_ID
 from models.hierarchical import SupervisorPPOTorchRLModule
 
 
@@ -43,10 +52,18 @@ class HierarchicalPPOConfig(PPOConfig):
         self.sub_agents: list[str] = ["power_aware", "sjf"]
         self.k = 10
         self.supervisor_hidden = 64
+        self.co_train = False
+        self.embed_sub_agents = True
+        self.hierarchy_interface = "flat"
 
     def training(self, *, sub_agents: Any = NotProvided, k: Any = NotProvided,
-                 supervisor_hidden: Any = NotProvided, **kwargs: Any) -> HierarchicalPPOConfig:
+                 supervisor_hidden: Any = NotProvided, co_train: Any = NotProvided,
+                 embed_sub_agents: Any = NotProvided, **kwargs: Any) -> HierarchicalPPOConfig:
         super().training(**kwargs)
+        if co_train is not NotProvided:
+            self.co_train = bool(co_train)
+        if embed_sub_agents is not NotProvided:
+            self.embed_sub_agents = bool(embed_sub_agents)
         if sub_agents is not NotProvided:
             self.sub_agents = list(sub_agents)
         if k is not NotProvided:
@@ -56,25 +73,48 @@ class HierarchicalPPOConfig(PPOConfig):
         return self
 
     def hierarchy(self) -> dict[str, Any]:
-        return {"sub_agents": list(self.sub_agents), "k": self.k, "interface": "flat"}
+        return {"sub_agents": list(self.sub_agents), "k": self.k,
+                "interface": self.hierarchy_interface, "co_train": self.co_train}
+
+    def external_sub_agents(self) -> list[int]:
+        """Indices of the sub-agents that act as RLlib agents with their own modules."""
+        if self.embed_sub_agents and not self.co_train:
+            return []
+        return [i for i, spec in enumerate(self.sub_agents) if checkpoint_meta(spec)]
 
     def to_hierarchy(self) -> HierarchicalPPOConfig:
         """Wrap the configured cluster env in the hierarchy (idempotent)."""
         if self.env == HIERARCHICAL_ID:
             return self
+        self.hierarchy_interface = "branching" if self.env == BRANCHING_ID else "flat"
         cluster = dict(self.env_config)
         scale = float(cluster.pop("reward_scale", None) or 1.0)
+        external = self.external_sub_agents()
         self.environment(HIERARCHICAL_ID)
         self.env_config = {**self.hierarchy(), "env": cluster, "reward_scale": scale,
-                           "sub_agent_factory": make_sub_agent}
-        self.multi_agent(policies={SUPERVISOR}, policy_mapping_fn=agent_to_module,
-                         policies_to_train=[SUPERVISOR])
+                           "sub_agent_factory": make_sub_agent, "external": external}
+        subs = {sub_agent_id(i): sub_agent_module_spec(self.sub_agents[i]) for i in external}
+        self.multi_agent(policies={SUPERVISOR, *subs}, policy_mapping_fn=agent_to_module,
+                         policies_to_train=[SUPERVISOR, *(subs if self.co_train else [])])
         supervisor = RLModuleSpec(module_class=SupervisorPPOTorchRLModule, model_config={
             "hidden": self.supervisor_hidden, "hierarchy": self.hierarchy()})
-        self.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={SUPERVISOR:
-                                                                         supervisor}))
+        self.rl_module(rl_module_spec=MultiRLModuleSpec(
+            rl_module_specs={SUPERVISOR: supervisor, **subs}))
         self.callbacks(HierarchyMetricsCallback)
         return self
+
+
+def sub_agent_module_spec(checkpoint: str) -> RLModuleSpec:
+    """The RLModuleSpec of a checkpoint sub-agent's module, its weights loaded from it."""
+    from cloudrl.algorithms.specs import spec_of
+    from cloudrl.checkpoint_policy import MODULE_SUBDIR, read_meta
+
+    meta = read_meta(checkpoint)
+    path = Path(checkpoint) / MODULE_SUBDIR
+    module = RLModule.from_checkpoint(str(path))
+    return RLModuleSpec(module_class=spec_of(meta["algo"]).module(),
+                        model_config=dict(module.model_config),
+                        load_state_path=str(path))
 
 
 class HierarchyMetricsCallback(RLlibCallback):

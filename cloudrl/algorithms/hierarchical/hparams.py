@@ -2,22 +2,31 @@
 
 PPO's settings for the supervisor, plus the hierarchy itself: ``sub_agents`` (specs:
 heuristic names or checkpoint directories, in the order of the supervisor's actions),
-``k`` (ticks per supervisor decision) and ``supervisor_hidden`` (MLP width). One
-supervisor step is ``k`` cluster ticks, so ``env_steps`` and the batch sizes count
-supervisor decisions (100 per 1,000-tick episode at ``k=10``). Ray-free.
+``k`` (ticks per supervisor decision), ``supervisor_hidden`` (MLP width) and
+``co_train`` / ``embed_sub_agents`` (below). One supervisor step is ``k`` cluster ticks, so
+``env_steps`` and the batch sizes count supervisor decisions (100 per 1,000-tick episode
+at ``k=10``); with external sub-agents each of their ticks is an env step too. Ray-free.
+
+Sub-agents are embedded in the env and frozen by default. ``embed_sub_agents: false``
+makes checkpoint sub-agents RLlib agents (``sub_<i>``) whose modules sit next to the
+supervisor's in the one ``MultiRLModule``, frozen unless ``co_train: true`` (which
+implies external sub-agents and trains them with the supervisor); only masked PPO
+checkpoints (``ppo``) can be modules of the PPO learner.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from cloudrl.algorithms.ppo import PPOHparams
 
 META_FILE = "cloudrl.json"  # as cloudrl.checkpoint_policy (not imported: no cycle via specs)
+MODULE_ALGOS = ("ppo",)  # checkpoint algorithms whose modules the PPO learner can train
 
 
 class HierarchicalHparams(PPOHparams):
@@ -27,13 +36,37 @@ class HierarchicalHparams(PPOHparams):
                                   min_length=1, description="heuristic names or checkpoints")
     k: int = Field(default=10, ge=1, description="ticks per supervisor decision")
     supervisor_hidden: int = Field(default=64, ge=4)
+    co_train: bool = Field(default=False, description="train checkpoint sub-agents too")
+    embed_sub_agents: bool = Field(default=True, description="run sub-agents inside the env")
     train_batch_size_per_learner: int = Field(default=1000, ge=1)
     num_epochs: int = Field(default=8, ge=1)
+
+    INTERFACE: ClassVar[str] = "flat"  # the row's interface (hierarchical_branching's)
 
     @field_validator("sub_agents")
     @classmethod
     def _known(cls, specs: list[str]) -> list[str]:
-        return [check_spec(spec) for spec in specs]
+        checked = [check_spec(spec) for spec in specs]
+        for spec in checked:
+            meta = checkpoint_meta(spec)
+            if meta is not None and meta.get("interface") != cls.INTERFACE:
+                row = "hierarchical" if meta.get("interface") == "flat" else \
+                    "hierarchical_branching"
+                raise ValueError(f"sub-agent {spec} acts on the {meta.get('interface')} "
+                                 f"interface, this hierarchy on {cls.INTERFACE} (use --algo "
+                                 f"{row})")
+        return checked
+
+    @model_validator(mode="after")
+    def _modules(self) -> HierarchicalHparams:
+        if self.co_train or not self.embed_sub_agents:
+            for spec in self.sub_agents:
+                meta = checkpoint_meta(spec)
+                if meta is not None and meta.get("algo") not in MODULE_ALGOS:
+                    raise ValueError(f"sub-agent {spec} is a {meta.get('algo')} checkpoint: "
+                                     "only masked PPO (ppo) sub-agents can be co-trained or "
+                                     "external (co_train, embed_sub_agents)")
+        return self
 
     @model_validator(mode="after")
     def _no_alignment(self) -> HierarchicalHparams:
@@ -64,6 +97,20 @@ def check_spec(spec: str, is_checkpoint: Callable[[str], bool] | None = None) ->
 
 def _has_meta(spec: str) -> bool:
     return (Path(spec) / META_FILE).is_file()
+
+
+def checkpoint_meta(spec: str) -> dict[str, Any] | None:
+    """The cloudrl meta of checkpoint ``spec``; None for a heuristic spec."""
+    if heuristic_spec(spec) is not None or not _has_meta(spec):
+        return None
+    return json.loads((Path(spec) / META_FILE).read_text())
+
+
+class HierarchicalBranchingHparams(HierarchicalHparams):
+    """The same hierarchy on the branching interface (e.g. over ``gated_dqn`` or BDQ
+    sub-agents); ``cloudrl train --algo hierarchical_branching``."""
+
+    INTERFACE: ClassVar[str] = "branching"
 
 
 def heuristic_spec(spec: str) -> tuple[str, dict[str, float]] | None:

@@ -10,7 +10,8 @@ an episode of this policy is the env's episode under the same supervisor decisio
 A checkpoint of ``cloudrl train --algo hierarchical`` loads with
 :meth:`HierarchicalPolicy.from_checkpoint`: the supervisor module
 (``learner_group/learner/rl_module/supervisor``) and, from its model config, the
-sub-agent specs and ``k``.
+sub-agent specs, ``k`` and the interface; a sub-agent that was an RLlib agent of the
+hierarchy (``rl_module/sub_<i>``, co-trained or frozen) acts with that saved module.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cloudrl.algorithms.hierarchical.supervisors import ModuleSupervisor
 from cloudrl.checkpoint_policy import CheckpointPolicy, read_meta
 from cloudrl.policy import Interface
 from envs.env_config import EnvConfig
-from envs.hierarchical_env import SUPERVISOR
+from envs.hierarchical_env import SUPERVISOR, sub_agent_id
 
 SUPERVISOR_SUBDIR = Path("learner_group") / "learner" / "rl_module" / SUPERVISOR
 
@@ -94,10 +95,18 @@ class HierarchicalPolicy:
         module = RLModule.from_checkpoint(str(path / SUPERVISOR_SUBDIR))
         module.eval()
         hierarchy = dict(module.model_config)["hierarchy"]
-        interface = meta["interface"]
+        interface = hierarchy.get("interface", meta["interface"])
         specs = list(hierarchy["sub_agents"])
+        subs = []
+        for i, spec in enumerate(specs):
+            sub = make_sub_agent(spec, interface)
+            saved = path / SUPERVISOR_SUBDIR.parent / sub_agent_id(i)
+            if saved.is_dir():  # its module as trained (or kept frozen) in the hierarchy
+                sub.module = RLModule.from_checkpoint(str(saved))
+                sub.module.eval()
+            subs.append(sub)
         policy = cls(ModuleSupervisor(module, greedy=mode != "sample", seed=sample_seed),
-                     [make_sub_agent(s, interface) for s in specs], int(hierarchy["k"]),
+                     subs, int(hierarchy["k"]),
                      interface, name=f"hierarchical:{path.name}",
                      sub_agent_names=[Path(s).name for s in specs])
         policy.env_config = EnvConfig.model_validate(meta["env"])

@@ -51,10 +51,11 @@ class ReinforceGate:
 
 def train_reinforce_gate(env_config: dict[str, Any], sub_agents: Sequence[Any], k: int,
                          seeds: Sequence[int], lr: float = 0.05, gamma: float = 0.99,
-                         reward_scale: float = 0.01, seed: int = 0
+                         reward_scale: float = 0.01, seed: int = 0, interface: str = "flat"
                          ) -> tuple[ReinforceGate, list[float]]:
     """A gate trained by REINFORCE, one episode per seed; returns (gate, episode returns)."""
-    env = HierarchicalClusterEnv({"env": env_config, "k": k, "reward_scale": reward_scale},
+    env = HierarchicalClusterEnv({"env": env_config, "k": k, "reward_scale": reward_scale,
+                                  "interface": interface},
                                  sub_agents=sub_agents)
     obs, _ = env.reset(seed=int(seeds[0]))
     n_in = int(obs[SUPERVISOR].shape[0])
