@@ -50,6 +50,26 @@ gain. * The google_v2_like run predates the REINFORCE row; that row was measured
 separately with the same functions (``train_reinforce_gate`` on train seeds 0..49, 35 s;
 ``run_policies`` on the 50 test seeds) and equals sjf's row: the gate locked onto sjf.
 The REINFORCE gate as the source describes it is therefore no better here either.
+
+Learned sub-agents (``--learned-subs DIR``, measured 2026-11-23 16:20-16:24 UTC, load
+average 0.8-1.5; N=15 and 15 test seeds, NOT the goal's N=50 / 50 seeds, for lack of
+CPU time): sub-agents lean / cautious = gated_dqn trained by
+``experiments/train_sub_agents.py`` (poisson 5,000 decisions each, google_v2_like 2,000),
+branching interface, PPO supervisor 2,000 decisions, no REINFORCE row. Paired per-seed
+reward differences, PPO supervisor minus row (mean +- 95% t-CI, wins/ties of 15):
+
+| minus           | poisson               | google_v2_like         |
+|-----------------|-----------------------|------------------------|
+| rule_supervisor | -15.8 +- 25.5 (4/0)   | +1.1 +- 6.0 (10/4)     |
+| lean            | -17.3 +- 23.2 (4/0)   | +0.0 +- 0.0 (0/15)     |
+| cautious        | +89.9 +- 37.6 (13/0)  | +68.3 +- 30.1 (14/0)   |
+| power_aware     | +42.2 +- 45.6 (12/0)  | +43.8 +- 21.5 (13/0)   |
+| round_robin     | +419.0 +- 53.0 (15/0) | +700.9 +- 121.5 (15/0) |
+
+Goal still NOT met: the supervisor does not beat its lean sub-agent (poisson: within
+noise, slightly worse; google_v2_like: it picks lean at every decision, identical
+episodes). It is not dominated by the best heuristic (power_aware), but that gain is the
+lean sub-agent's, not the switching's.
 """
 
 from __future__ import annotations
