@@ -70,10 +70,18 @@ class EncoderConfig:
 
 
 def mlp(in_dim: int, widths: Sequence[int], activation: str = "relu") -> nn.Sequential:
-    """Linear + activation per width; the empty sequence is the identity."""
+    """Linear + activation per width; the empty sequence is the identity.
+
+    ReLU runs in place on its Linear's fresh output (same values and gradients: the
+    Linear's backward needs its input and weight, not its output; ReLU's backward reads
+    its own result). On CPU this saves one allocation and one pass over every hidden
+    activation, e.g. the (B*N, 64) server rows: ~12-20% of a BDQ update at batch 512
+    (issue 17). Other activations keep their out-of-place modules.
+    """
     layers: list[nn.Module] = []
     for width in widths:
-        layers += [nn.Linear(in_dim, width), ACTIVATIONS[activation]()]
+        act = nn.ReLU(inplace=True) if activation == "relu" else ACTIVATIONS[activation]()
+        layers += [nn.Linear(in_dim, width), act]
         in_dim = width
     return nn.Sequential(*layers)
 

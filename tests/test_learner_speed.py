@@ -21,10 +21,14 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from torch import nn
 
 from cloudrl.algorithms.bdq import BDQConfig
-from cloudrl.algorithms.bdq.reference import ReferenceBDQConfig, reference_branch_feasibility
+from cloudrl.algorithms.bdq.reference import (
+    ReferenceBDQConfig,
+    reference_branch_feasibility,
+    reference_seq,
+)
 from envs.cluster_env import ClusterBranchingEnv
 from models.bdq import branch_feasibility, fused_heads
-from models.encoders import head
+from models.encoders import head, mlp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import bench_learner  # noqa: E402
@@ -79,6 +83,26 @@ def test_branch_feasibility_gather_matches_the_loop(sizes: list[int], seed: int,
                        reference_branch_feasibility(mask, sizes, 7, cpu))
     assert torch.equal(branch_feasibility(None, sizes, 3, cpu),
                        reference_branch_feasibility(None, sizes, 3, cpu))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_mlp_relu_in_place_same_values_and_gradients(activation: str) -> None:
+    """ReLU runs in place on its Linear's output (one allocation and pass fewer per
+    layer, issue 17); values and gradients equal the out-of-place network's."""
+    torch.manual_seed(0)
+    net = head(6, (16, 16), 3, activation)
+    acts = [m for m in net if not isinstance(m, nn.Linear)]
+    assert len(acts) == 2 and all(getattr(m, "inplace", False) == (activation == "relu")
+                                  for m in acts)
+    x = torch.randn(40, 6, requires_grad=True)
+    out, ref = net(x), reference_seq(net, x)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    w = torch.randn_like(out)
+    grads = torch.autograd.grad((out * w).sum(), [x, *net.parameters()])
+    grads_ref = torch.autograd.grad((ref * w).sum(), [x, *net.parameters()])
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert len(mlp(4, ())) == 0  # the empty MLP stays the identity
 
 
 @pytest.mark.parametrize("widths", [(), (8,), (8, 6)])

@@ -4,6 +4,7 @@
 parameters (names, shapes, initialisation, so state dicts load both ways) and the same
 loss as ``BDQConfig``, computed the old way:
 
+* every MLP with out-of-place ReLU (``models.encoders.mlp`` now applies it in place);
 * trunk: ``ClusterEncoder`` layer by layer, the online network run WITH gradients on
   ``cat(obs, next_obs)`` (2B rows), although only the first B rows get a gradient;
 * heads: one ``nn.Sequential`` call per branch, padded and stacked in a Python loop;
@@ -50,19 +51,26 @@ def reference_branch_feasibility(mask: torch.Tensor | None, sizes: list[int], ba
     return feasible | (valid & ~feasible.any(dim=-1, keepdim=True))
 
 
+def reference_seq(net: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``net(x)`` with every ReLU out of place (the old ``models.encoders.mlp``)."""
+    for layer in net:
+        x = torch.relu(x) if isinstance(layer, nn.ReLU) else layer(x)
+    return x
+
+
 def reference_encode(encoder: ClusterEncoder, obs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The old ``ClusterEncoder.forward``: three MLPs, mean|max pooling, fusion MLP."""
-    servers = encoder.server_net(obs["servers"].float())
-    jobs = encoder.job_net(obs["jobs"].float())
-    macro = encoder.macro_net(obs["macro"].float())
+    servers = reference_seq(encoder.server_net, obs["servers"].float())
+    jobs = reference_seq(encoder.job_net, obs["jobs"].float())
+    macro = reference_seq(encoder.macro_net, obs["macro"].float())
     fused = torch.cat([macro, servers.mean(-2), servers.amax(-2), jobs.mean(-2),
                        jobs.amax(-2)], dim=-1)
-    return encoder.fusion(fused)
+    return reference_seq(encoder.fusion, fused)
 
 
 def reference_trunk(trunk: nn.Sequential, obs: dict[str, torch.Tensor]) -> torch.Tensor:
     """Encoder then trunk MLP, the old way."""
-    return trunk[1](reference_encode(trunk[0], obs))
+    return reference_seq(trunk[1], reference_encode(trunk[0], obs))
 
 
 class ReferenceBDQModule(BDQTorchRLModule):
@@ -82,14 +90,14 @@ class ReferenceBDQModule(BDQTorchRLModule):
         value_head = self.value_head if value_head is None else value_head
         advantage_heads = self.advantage_heads if advantage_heads is None else advantage_heads
         max_n = feasible.shape[-1]
-        adv = torch.stack([nn.functional.pad(h(rep), (0, max_n - n))
+        adv = torch.stack([nn.functional.pad(reference_seq(h, rep), (0, max_n - n))
                            for h, n in zip(advantage_heads, self.branch_sizes, strict=True)],
                           dim=1)
         weights = feasible.to(adv.dtype)
         adv_mean = (adv * weights).sum(-1, keepdim=True) / weights.sum(-1, keepdim=True)
         sizes = torch.as_tensor(self.branch_sizes, device=feasible.device)
         valid = (torch.arange(max_n, device=feasible.device) < sizes[:, None]).to(torch.float32)
-        return (value_head(rep)[:, :, None] + adv - adv_mean) * valid
+        return (reference_seq(value_head, rep)[:, :, None] + adv - adv_mean) * valid
 
     def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
         obs = batch[Columns.OBS]
