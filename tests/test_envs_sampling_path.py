@@ -1,4 +1,4 @@
-"""The env runner's per-step module path: masked PPO explores without RLlib's mode toggle.
+"""The env runner's per-step module path: masked PPO and BDQ explore without RLlib's mode toggle.
 
 RLlib's TorchRLModule.forward_exploration/forward_inference call ``eval()`` and then
 ``train()`` around every call (two walks over all submodules per env step). The masked PPO
@@ -47,6 +47,42 @@ def test_masked_ppo_forward_skips_the_mode_toggle_and_matches_rllib(method, monk
     monkeypatch.setattr(module, "train", lambda mode=True: calls.append(("train", mode)))
     monkeypatch.setattr(module, "eval", lambda: calls.append(("eval",)))
     out = getattr(module, method)(batch)[Columns.ACTION_DIST_INPUTS]
+    assert calls == []
+    assert module.training
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def _bdq_module_and_batch():
+    from envs.cluster_env import ClusterBranchingEnv
+    from models.bdq import BDQTorchRLModule
+
+    env = ClusterBranchingEnv({"n_servers": 6})
+    torch.manual_seed(0)
+    module = BDQTorchRLModule(observation_space=env.observation_space,
+                              action_space=env.action_space,
+                              model_config={"encoder": {"hidden": 16}, "head_hiddens": [16]})
+    obs = [env.reset(seed=s)[0] for s in range(4)]
+    batch = {Columns.OBS: {key: torch.as_tensor(np.stack([o[key] for o in obs]))
+                           for key in obs[0]}}
+    return module, batch
+
+
+def test_bdq_has_no_mode_dependent_layers():
+    module, _ = _bdq_module_and_batch()
+    assert not [m for m in module.modules() if isinstance(m, MODE_DEPENDENT)]
+
+
+@pytest.mark.parametrize("method", ["forward_exploration", "forward_inference"])
+def test_bdq_forward_skips_the_mode_toggle_and_matches_rllib(method, monkeypatch):
+    module, batch = _bdq_module_and_batch()
+    module.train()
+    torch.manual_seed(1)  # exploration draws its random sub-actions from torch's generator
+    expected = getattr(TorchRLModule, method)(module, batch)[Columns.ACTIONS]
+    calls = []
+    monkeypatch.setattr(module, "train", lambda mode=True: calls.append(("train", mode)))
+    monkeypatch.setattr(module, "eval", lambda: calls.append(("eval",)))
+    torch.manual_seed(1)
+    out = getattr(module, method)(batch)[Columns.ACTIONS]
     assert calls == []
     assert module.training
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
