@@ -21,7 +21,6 @@ resets only the sub-envs in ``m``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +32,6 @@ from gymnasium.vector.utils import batch_space
 from envs import vector_kernels as vk
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv, _ClusterEnvBase
 from envs.env_config import EnvConfig
-from envs.observation import TIME_SCALE
 
 # info keys in the single env's order, with the Python type of their values
 _STEP_INFO_KEYS = ("energy_kwh", "energy_norm", "violations", "late", "dropped", "finished",
@@ -90,30 +88,9 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         self._static = np.ascontiguousarray(ob._static)
         self._flag_scale = np.ascontiguousarray(ob._flag_scale, dtype=np.float64)
         self._tier_norm = np.ascontiguousarray(ob._tier_norm, dtype=np.float64)
-        period = cfg.diurnal_period
-        step = ob._two_pi_over_day
-        self._sin = np.array([math.sin(k * step) for k in range(period)])
-        self._cos = np.array([math.cos(k * step) for k in range(period)])
-        fpar = np.zeros(9)
-        fpar[vk.P_TICK_SECONDS] = cfg.tick_seconds
-        fpar[vk.P_PEAK_W] = sim.fleet_peak_w
-        fpar[vk.P_INV_PEAK_W] = ob._inv_peak_w
-        fpar[vk.P_TOTAL_CPU] = sim.capacity.total_cpu
-        fpar[vk.P_ALPHA] = cfg.alpha
-        fpar[vk.P_BETA] = cfg.beta
-        fpar[vk.P_TOGGLE] = cfg.toggle_penalty
-        fpar[vk.P_INVALID] = cfg.invalid_action_penalty
-        fpar[vk.P_TIME_SCALE] = TIME_SCALE
-        ipar = np.zeros(8, dtype=np.int64)
-        ipar[vk.Q_WINDOW] = cfg.queue_window
-        ipar[vk.Q_CAPACITY] = cfg.queue_capacity
-        ipar[vk.Q_WAKE_DELAY] = cfg.wake_delay
-        ipar[vk.Q_EPISODE_LENGTH] = cfg.episode_length
-        ipar[vk.Q_LEVELS] = cfg.priority_levels
-        ipar[vk.Q_PERIOD] = period
-        ipar[vk.Q_BRANCHING] = int(self._branching)
-        ipar[vk.Q_TIERS] = fleet.n_tiers
-        self._fpar, self._ipar = fpar, ipar
+        # the single env's observation builder holds the same tables and kernel parameters
+        self._sin, self._cos = ob._sin, ob._cos
+        self._fpar, self._ipar = ob.fpar.copy(), ob.ipar.copy()
         if self._branching:
             self._sizes = np.asarray(env.branch_sizes, dtype=np.int64)
 
