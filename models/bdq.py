@@ -66,6 +66,7 @@ from torch import nn
 
 from models.alignment_head import ALIGNMENT_HEAD, AlignmentHeadMixin, scale_grad
 from models.encoders import MASK_KEY, ClusterEncoder, EncoderConfig, head, mlp, model_config_dict
+from models.mode_free import ModeFreeForwardMixin
 
 DEFAULT_TRUNK_HIDDENS = (128,)
 DEFAULT_HEAD_HIDDENS = (64,)
@@ -155,8 +156,8 @@ def fused_heads(x: torch.Tensor, heads: Sequence[nn.Sequential], sizes: Sequence
                          w_pad.view(n_heads, max_n, -1).transpose(1, 2)).transpose(0, 1)
 
 
-class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI,
-                       AlignmentHeadMixin):
+class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetworkAPI,
+                       InferenceOnlyAPI, AlignmentHeadMixin):
     """Branching dueling Q-network with a target copy, for ``BDQConfig`` (new API stack)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -270,14 +271,6 @@ class BDQTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAP
                                       feasible)}
 
     # -- forward passes -------------------------------------------------------------------
-    def forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        # RLlib wraps this in eval()/train(), two walks over every submodule per env step
-        # (~20% of B=32 sampling); no layer here depends on the mode, so skip them
-        return self._forward_exploration(batch, **kwargs)
-
-    def forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._forward_inference(batch, **kwargs)
-
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         with torch.no_grad():
             q = self.compute_q_values(batch)[QF_PREDS]

@@ -41,6 +41,7 @@ from models.encoders import (
     head,
     model_config_dict,
 )
+from models.mode_free import ModeFreeForwardMixin
 
 DEFAULT_HEAD_HIDDENS = (128,)
 FLAT_MODULES = "MaskedPPOTorchRLModule, MaskedDQNTorchRLModule or MaskedAPPOTorchRLModule"
@@ -62,8 +63,8 @@ def mask_logits(logits: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Ten
     return logits + torch.clamp(torch.log(feasible_actions(obs).to(logits.dtype)), min=FLOAT_MIN)
 
 
-class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI,
-                             AlignmentHeadMixin):
+class MaskedPPOTorchRLModule(ModeFreeForwardMixin, TorchRLModule, ValueFunctionAPI,
+                             InferenceOnlyAPI, AlignmentHeadMixin):
     """Action-masked actor-critic over ``ClusterEncoder`` for PPO on the new API stack."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -92,16 +93,6 @@ class MaskedPPOTorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI,
     def alignment_representation(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The policy encoder's output (the PPO trunk), (..., hidden)."""
         return self.encoder(obs)
-
-    # RLlib's TorchRLModule wraps every exploration/inference call in self.eval() and
-    # self.train(), each a walk over all submodules (~5% of an env runner's sampling
-    # time at 32 envs). No layer here depends on the mode (no dropout, no batch norm;
-    # tests/test_envs_sampling_path.py checks), so the calls go straight to the forward.
-    def forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._forward_exploration(batch, **kwargs)
-
-    def forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._forward_inference(batch, **kwargs)
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         obs = batch[Columns.OBS]
