@@ -1,0 +1,163 @@
+"""Probe (issue 13): does a state-dependent choice among the gated env's presets beat the heuristic?
+
+What: Bertsekas' rollout, one step of policy iteration with the heuristic as base policy,
+on the gated env (``envs/gated_env.py``, the six default presets of power_aware's headroom
+knobs; preset 0 = power_aware at its default parameters, which are the tuned point). At
+each decision (every ``decision_every`` ticks) every preset ``p`` is played on an
+independent copy of the env: ``p`` for this block, then preset 0 for ``--horizon`` ticks,
+over ``--futures-count`` futures with common random numbers across presets; the score is
+the summed env reward (energy, violation and toggle terms); the real env steps with the
+best preset (ties go to preset 0). Per seed the rollout episode is paired with constant
+preset 0 on the same seed. Helpers: ``cloudrl/headline/rollout.py``.
+
+``--futures true`` plays the episode's real future (the simulator pre-generates every
+arrival at reset): a clairvoyant CEILING on what the preset choice can gain, not a policy.
+``--futures resampled`` replaces the copies' not-yet-arrived jobs by fresh workload draws
+(the honest rollout policy).
+
+Run (one process at a time on the shared machine)::
+
+    nice -n 10 .venv/bin/python experiments/probe_rollout.py --workload poisson \
+        --futures true --seeds 0 1 2 3 4 --horizon 60 --futures-count 1
+
+Bad arguments exit with code 2 and one line naming the argument.
+
+Measured: see ``MEASURED`` below (also /tmp/readme_rollout.md for the README proposal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from cloudrl.algorithms.gated.controller import CONTROLLER_PATH
+from cloudrl.headline.report import paired
+from cloudrl.headline.rollout import FUTURES, rollout_scores
+from envs.gated_env import GatedControllerEnv
+
+HEADLINE_YAML = Path(__file__).with_name("headline.yaml")
+MEASURED = """(filled in below by the measured runs)"""
+
+
+def headline_decision_every() -> int:
+    """``train.hparams.decision_every`` of experiments/headline.yaml (the headline recipe)."""
+    cfg = yaml.safe_load(HEADLINE_YAML.read_text())
+    return int(cfg["train"]["hparams"]["decision_every"])
+
+
+def make_env(workload: str, n_servers: int, decision_every: int,
+             heuristic: dict[str, Any] | None) -> GatedControllerEnv:
+    return GatedControllerEnv({"n_servers": n_servers, "workload": workload,
+                               "controller": CONTROLLER_PATH,
+                               "controller_config": {"heuristic": heuristic or {}},
+                               "decision_every": decision_every})
+
+
+def run_episode(env: GatedControllerEnv, seed: int, policy: str, horizon: int, futures: str,
+                count: int) -> dict[str, Any]:
+    """One episode: ``policy`` "base" (constant preset 0) or "rollout"."""
+    env.reset(seed=seed)
+    t0 = time.perf_counter()
+    total, decision, done = 0.0, 0, False
+    choices = np.zeros(env.n_choices, dtype=np.int64)
+    while not done:
+        choice = 0
+        if policy == "rollout":
+            rngs = [np.random.default_rng([seed, decision, m]) for m in range(count)]
+            choice = int(np.argmax(rollout_scores(env, horizon, futures, rngs)))
+        _, reward, term, trunc, _ = env.step(choice)
+        total += reward
+        choices[choice] += 1
+        decision += 1
+        done = term or trunc
+    st = env.sim.stats
+    return {"seed": seed, "policy": policy, "energy_kwh": st.energy_j / 3.6e6,
+            "violations": st.violations, "violation_rate": st.violation_rate,
+            "toggles": st.toggles, "reward": total, "choices": choices.tolist(),
+            "wall_s": time.perf_counter() - t0}
+
+
+def table(base: Sequence[dict], roll: Sequence[dict]) -> str:
+    """Per-metric means and the paired mean difference (rollout - base) with its 95% CI."""
+    lines = [f"{'metric':<16}{'base (preset 0)':>18}{'rollout':>14}{'rollout - base [95% CI]':>34}"]
+    for key, scale, unit in (("energy_kwh", 1.0, ""), ("violations", 1.0, ""),
+                             ("violation_rate", 100.0, " pp"), ("toggles", 1.0, ""),
+                             ("reward", 1.0, "")):
+        a = [r[key] * scale for r in roll]
+        b = [r[key] * scale for r in base]
+        d, ci = paired(a, b)
+        lines.append(f"{key:<16}{np.mean(b):>18.4f}{np.mean(a):>14.4f}"
+                     f"{f'{d:+.4f} [{d - ci:+.4f}, {d + ci:+.4f}]{unit}':>34}")
+    share = np.sum([r["choices"] for r in roll], axis=0)
+    lines.append("decision share of presets 0..5: "
+                 + ", ".join(f"{x:.1%}" for x in share / share.sum()))
+    lines.append(f"wall s per episode: base {np.mean([r['wall_s'] for r in base]):.1f}, "
+                 f"rollout {np.mean([r['wall_s'] for r in roll]):.1f}")
+    return "\n".join(lines)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=("poisson", "google_v2_like"), default="poisson")
+    ap.add_argument("--futures", choices=FUTURES, default="true")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--horizon", type=int, default=60, help="ticks of preset 0 after the block")
+    ap.add_argument("--futures-count", type=int, default=1, help="M sampled futures")
+    ap.add_argument("--decision-every", type=int, default=None,
+                    help="ticks per decision (default: experiments/headline.yaml's)")
+    ap.add_argument("--n-servers", type=int, default=50)
+    ap.add_argument("--heuristic-params", default=None,
+                    help="JSON of PowerAwareConfig fields (or {'params': {...}})")
+    ap.add_argument("--out", default=None, help="write per-seed rows as JSON here")
+    args = ap.parse_args(argv)
+    for name, low in (("horizon", 0), ("futures_count", 1), ("n_servers", 1),
+                      ("decision_every", 1)):
+        value = getattr(args, name)
+        if value is not None and value < low:
+            ap.exit(2, f"--{name.replace('_', '-')}: must be >= {low}, got {value}\n")
+    if any(s < 0 for s in args.seeds):
+        ap.exit(2, f"--seeds: must be >= 0, got {min(args.seeds)}\n")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    heuristic = None
+    if args.heuristic_params:
+        try:
+            raw = json.loads(Path(args.heuristic_params).read_text())
+        except (OSError, ValueError) as err:
+            sys.exit(f"--heuristic-params: cannot read {args.heuristic_params}: {err}")
+        heuristic = raw.get("params", raw)
+    every = args.decision_every or headline_decision_every()
+    env = make_env(args.workload, args.n_servers, every, heuristic)
+    print(f"{args.workload}, N={args.n_servers}, decision_every={every}, futures={args.futures},"
+          f" H={args.horizon}, M={args.futures_count}, seeds={args.seeds}; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    base, roll = [], []
+    for seed in args.seeds:
+        base.append(run_episode(env, seed, "base", 0, args.futures, 1))
+        roll.append(run_episode(env, seed, "rollout", args.horizon, args.futures,
+                                args.futures_count))
+        b, r = base[-1], roll[-1]
+        print(f"seed {seed}: energy {b['energy_kwh']:.2f} -> {r['energy_kwh']:.2f} kWh, "
+              f"violations {b['violations']} -> {r['violations']}, reward {b['reward']:.1f} -> "
+              f"{r['reward']:.1f}, choices {r['choices']}, {r['wall_s']:.0f} s", flush=True)
+    print(table(base, roll))
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "decision_every": every,
+                                              "base": base, "rollout": roll}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
