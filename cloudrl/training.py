@@ -51,6 +51,11 @@ class TrainConfig(BaseModel):
         default=True, description="env runners step the natively batched cluster env "
         "(envs.vector_env, RLlib gym_env_vectorize_mode='vector_entry_point'); False: "
         "gymnasium's SyncVectorEnv of the single env (same episodes, slower)")
+    stacked_connectors: bool = Field(
+        default=True, description="env runners on the cluster envs batch observations with "
+        "one np.stack per key and hand actions back as batched arrays "
+        "(cloudrl.connectors.stacked_batch) instead of RLlib's per-item default pipelines; "
+        "same episodes")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
     torch_threads: TorchThreads = Field(
@@ -146,6 +151,10 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
         # Discrete/MultiDiscrete actions: RLlib's unsquash is the identity on them, but the
         # connector deep-copies every action batch (~9% of sampling at 32 envs); off.
         config.environment(normalize_actions=False)
+        if cfg.stacked_connectors and not config.is_multi_agent:
+            from cloudrl.connectors.stacked_batch import use_stacked_batch_connectors
+
+            use_stacked_batch_connectors(config)
     return config
 
 
