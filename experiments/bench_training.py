@@ -98,15 +98,18 @@ def time_algo(algo, iters: int, env_cls) -> tuple[float, float, float]:
             env_timer.seconds / elapsed)
 
 
-def sampling_rate(algo: str, batched: bool, n_envs: int, n_servers: int, iters: int,
-                  steps_per_env: int = 40) -> tuple[str, float]:
-    """(env class the runner stepped, best env steps/s of ``runner.sample``)."""
+def sampling_rate(algo: str, n_envs: int, n_servers: int, iters: int,
+                  steps_per_env: int = 40, **overrides: bool) -> tuple[str, float]:
+    """(env class the runner stepped, best env steps/s of ``runner.sample``).
+
+    ``overrides``: ``TrainConfig`` switches (``batched_env``, ``stacked_connectors``); none
+    for a reference tree whose ``TrainConfig`` predates them."""
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     from cloudrl.training import TrainConfig, build_algo_config
 
     tc = TrainConfig(algo=algo, env={"n_servers": n_servers}, envs_per_runner=n_envs,
-                     batched_env=batched)
+                     **overrides)
     runner = SingleAgentEnvRunner(config=build_algo_config(tc))
     runner.sample(num_timesteps=n_envs * 10, explore=True)  # warm-up (compile, first resets)
     best = 0.0
@@ -120,20 +123,88 @@ def sampling_rate(algo: str, batched: bool, n_envs: int, n_servers: int, iters: 
     return kind, best
 
 
+# (label, TrainConfig switches) of the current tree's rows; the reference row is the tree
+# at --reference-rev with its own defaults.
+SAMPLING_ROWS = (
+    ("SyncVectorEnv, RLlib connectors", {"batched_env": False, "stacked_connectors": False}),
+    ("batched env, RLlib connectors", {"batched_env": True, "stacked_connectors": False}),
+    ("batched env, stacked connectors", {"batched_env": True, "stacked_connectors": True}),
+)
+
+
+def _reference_tree(rev: str) -> str:
+    """``git archive`` of ``rev`` unpacked into a temporary directory (its path)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tree = tempfile.mkdtemp(prefix=f"cloudrl-ref-{rev[:12]}-")
+    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    return tree
+
+
+def _reference_rate(tree: str, algo: str, args) -> tuple[str, float]:
+    """The reference tree's sampling rate, measured in a child process on its own code."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": tree}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-sampling", algo, "--iters", str(args.iters),
+         "--n-servers", str(args.n_servers), "--envs-per-runner", str(args.envs_per_runner)],
+        cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
+    row = json.loads(out.strip().splitlines()[-1])
+    return row["kind"], row["rate"]
+
+
 def sampling_main(args) -> None:
     import os
+    import shutil
 
     print("load average:", os.getloadavg(), "(start)", flush=True)
-    rows = [(algo, batched, *sampling_rate(algo, batched, args.envs_per_runner,
-                                           args.n_servers, args.iters))
-            for algo in ("ppo", "bdq") for batched in (False, True)]
+    tree = _reference_tree(args.reference_rev) if args.reference_rev != "none" else None
+    best: dict[tuple[str, str], tuple[str, float]] = {}
+    try:
+        for algo in ("ppo", "bdq"):
+            for _ in range(args.rounds):  # reference and current rows alternate
+                measured = []
+                if tree is not None:
+                    measured.append((f"reference {args.reference_rev}",
+                                     _reference_rate(tree, algo, args)))
+                measured += [(label, sampling_rate(algo, args.envs_per_runner, args.n_servers,
+                                                   args.iters, **switches))
+                             for label, switches in SAMPLING_ROWS]
+                for label, (kind, rate) in measured:
+                    if rate > best.get((algo, label), ("", 0.0))[1]:
+                        best[algo, label] = (kind, rate)
+    finally:
+        if tree is not None:
+            shutil.rmtree(tree, ignore_errors=True)
     print(f"\nsampling only: one env runner in the driver, {args.envs_per_runner} envs, "
-          f"N={args.n_servers}, best of {args.iters} calls")
-    print(f"{'algo':<5} {'env runner steps':<28} {'env steps/s':>12} {'vs sync':>8}")
-    for algo, _batched, kind, rate in rows:
-        ref = next(r for a, b, _, r in rows if a == algo and not b)
-        print(f"{algo:<5} {kind:<28} {rate:>12.0f} {rate / ref:>7.2f}x")
+          f"N={args.n_servers}, best of {args.rounds} rounds x {args.iters} calls")
+    print(f"{'algo':<5} {'row':<34} {'env class':<28} {'env steps/s':>12} {'vs ref':>7}")
+    for algo in ("ppo", "bdq"):
+        rows = [(label, *best[algo, label]) for label in
+                ([f"reference {args.reference_rev}"] if tree is not None else [])
+                + [label for label, _ in SAMPLING_ROWS]]
+        ref = rows[0][2]
+        for label, kind, rate in rows:
+            print(f"{algo:<5} {label:<34} {kind:<28} {rate:>12.0f} {rate / ref:>6.2f}x")
     print("load average:", os.getloadavg(), "(end)")
+
+
+def child_sampling(args) -> None:
+    """One JSON line: the importable tree's (its defaults) sampling rate of ``algo``."""
+    import json
+
+    kind, rate = sampling_rate(args.child_sampling, args.envs_per_runner, args.n_servers,
+                               args.iters)
+    print(json.dumps({"kind": kind, "rate": rate}))
 
 
 def main() -> None:
@@ -145,7 +216,16 @@ def main() -> None:
     parser.add_argument("--envs-per-runner", type=int, default=1)
     parser.add_argument("--sampling", action="store_true",
                         help="time one env runner's sampling, sync vs batched env (issue 18)")
+    parser.add_argument("--reference-rev", default="59af842",
+                        help="--sampling: git revision measured as the reference in the same "
+                        "run (default: the code before issue 18); 'none' skips it")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="--sampling: rounds of reference/current rows, alternating")
+    parser.add_argument("--child-sampling", choices=("ppo", "bdq"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_sampling:
+        child_sampling(args)
+        return
     if args.sampling:
         sampling_main(args)
         return

@@ -86,3 +86,26 @@ def test_bdq_forward_skips_the_mode_toggle_and_matches_rllib(method, monkeypatch
     assert calls == []
     assert module.training
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_bdq_acting_passes_use_the_fused_heads_with_the_per_head_q_values(monkeypatch):
+    """forward_inference/forward_exploration run the heads fused on CPU (cheaper at an env
+    runner's batch); the greedy actions are those of the per-head Q-values."""
+    import models.bdq as bdq
+
+    module, batch = _bdq_module_and_batch()
+    calls = []
+    real = bdq.fused_heads
+    monkeypatch.setattr(bdq, "fused_heads", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        per_head = module.compute_q_values(batch)[bdq.QF_PREDS]  # learner/serving path
+        assert calls == []
+        fused = module.compute_q_values(batch, acting=True)[bdq.QF_PREDS]
+    assert len(calls) == 1
+    torch.testing.assert_close(fused, per_head, rtol=1e-5, atol=1e-6)
+    greedy = module.forward_inference(batch)[Columns.ACTIONS]
+    assert len(calls) == 2
+    torch.testing.assert_close(greedy, per_head.argmax(-1), rtol=0, atol=0)
+    module.fused_heads = False  # the config switch turns it off for acting as well
+    module.forward_exploration(batch)
+    assert len(calls) == 2
