@@ -48,6 +48,12 @@ HEADLINE_YAML = Path(__file__).with_name("headline.yaml")
 MEASURED = """(filled in below by the measured runs)"""
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit code 2 (bad user input)."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def headline_decision_every() -> int:
     """``train.hparams.decision_every`` of experiments/headline.yaml (the headline recipe)."""
     cfg = yaml.safe_load(HEADLINE_YAML.read_text())
@@ -55,8 +61,9 @@ def headline_decision_every() -> int:
 
 
 def make_env(workload: str, n_servers: int, decision_every: int,
-             heuristic: dict[str, Any] | None) -> GatedControllerEnv:
+             heuristic: dict[str, Any] | None, episode_length: int = 1000) -> GatedControllerEnv:
     return GatedControllerEnv({"n_servers": n_servers, "workload": workload,
+                               "sim": {"episode_length": episode_length},
                                "controller": CONTROLLER_PATH,
                                "controller_config": {"heuristic": heuristic or {}},
                                "decision_every": decision_every})
@@ -115,12 +122,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--decision-every", type=int, default=None,
                     help="ticks per decision (default: experiments/headline.yaml's)")
     ap.add_argument("--n-servers", type=int, default=50)
+    ap.add_argument("--episode-length", type=int, default=1000, help="ticks (tests: small)")
     ap.add_argument("--heuristic-params", default=None,
                     help="JSON of PowerAwareConfig fields (or {'params': {...}})")
     ap.add_argument("--out", default=None, help="write per-seed rows as JSON here")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="print the table of earlier --out files (one run config) and exit")
     args = ap.parse_args(argv)
     for name, low in (("horizon", 0), ("futures_count", 1), ("n_servers", 1),
-                      ("decision_every", 1)):
+                      ("decision_every", 1), ("episode_length", 1)):
         value = getattr(args, name)
         if value is not None and value < low:
             ap.exit(2, f"--{name.replace('_', '-')}: must be >= {low}, got {value}\n")
@@ -129,17 +139,44 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: Sequence[str]) -> None:
+    """The table over the per-seed rows of several ``--out`` files of one configuration."""
+    base, roll, configs = [], [], set()
+    for path in paths:
+        try:
+            run = json.loads(Path(path).read_text())
+            base += run["base"]
+            roll += run["rollout"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            fail(f"--merge: cannot read {path}: {err}")
+        a = run["args"]
+        configs.add((a["workload"], a["futures"], a["horizon"], a["futures_count"],
+                     run["decision_every"]))
+    if len(configs) != 1:
+        fail(f"--merge: the files mix configurations {sorted(configs)}")
+    wl, fut, h, m, every = configs.pop()
+    print(f"{wl}, decision_every={every}, futures={fut}, H={h}, M={m}, "
+          f"seeds={[r['seed'] for r in roll]}")
+    print(table(base, roll))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
+    if args.merge:
+        merge(args.merge)
+        return
     heuristic = None
     if args.heuristic_params:
         try:
             raw = json.loads(Path(args.heuristic_params).read_text())
         except (OSError, ValueError) as err:
-            sys.exit(f"--heuristic-params: cannot read {args.heuristic_params}: {err}")
+            fail(f"--heuristic-params: cannot read {args.heuristic_params}: {err}")
         heuristic = raw.get("params", raw)
     every = args.decision_every or headline_decision_every()
-    env = make_env(args.workload, args.n_servers, every, heuristic)
+    try:
+        env = make_env(args.workload, args.n_servers, every, heuristic, args.episode_length)
+    except ValueError as err:
+        fail(f"invalid argument: {' '.join(str(err).split())}")
     print(f"{args.workload}, N={args.n_servers}, decision_every={every}, futures={args.futures},"
           f" H={args.horizon}, M={args.futures_count}, seeds={args.seeds}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
