@@ -156,6 +156,7 @@ def _reference_rate(tree: str, algo: str, args) -> tuple[str, float]:
     env = {**os.environ, "PYTHONPATH": tree}
     out = subprocess.run(
         [sys.executable, __file__, "--child-sampling", algo, "--iters", str(args.iters),
+         "--torch-threads", str(args.torch_threads),
          "--n-servers", str(args.n_servers), "--envs-per-runner", str(args.envs_per_runner)],
         cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
     row = json.loads(out.strip().splitlines()[-1])
@@ -166,6 +167,9 @@ def sampling_main(args) -> None:
     import os
     import shutil
 
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     print("load average:", os.getloadavg(), "(start)", flush=True)
     tree = _reference_tree(args.reference_rev) if args.reference_rev != "none" else None
     best: dict[tuple[str, str], tuple[str, float]] = {}
@@ -186,7 +190,8 @@ def sampling_main(args) -> None:
         if tree is not None:
             shutil.rmtree(tree, ignore_errors=True)
     print(f"\nsampling only: one env runner in the driver, {args.envs_per_runner} envs, "
-          f"N={args.n_servers}, best of {args.rounds} rounds x {args.iters} calls")
+          f"N={args.n_servers}, torch threads {args.torch_threads}, best of {args.rounds} "
+          f"rounds x {args.iters} calls")
     print(f"{'algo':<5} {'row':<34} {'env class':<28} {'env steps/s':>12} {'vs ref':>7}")
     for algo in ("ppo", "bdq"):
         rows = [(label, *best[algo, label]) for label in
@@ -202,6 +207,9 @@ def child_sampling(args) -> None:
     """One JSON line: the importable tree's (its defaults) sampling rate of ``algo``."""
     import json
 
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     kind, rate = sampling_rate(args.child_sampling, args.envs_per_runner, args.n_servers,
                                args.iters)
     print(json.dumps({"kind": kind, "rate": rate}))
@@ -221,6 +229,9 @@ def main() -> None:
                         "run (default: the code before issue 18); 'none' skips it")
     parser.add_argument("--rounds", type=int, default=2,
                         help="--sampling: rounds of reference/current rows, alternating")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="--sampling: torch intra-op threads of the sampling process, as "
+                        "an env runner actor with 1 CPU has (Ray sets OMP_NUM_THREADS=1)")
     parser.add_argument("--child-sampling", choices=("ppo", "bdq"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_sampling:

