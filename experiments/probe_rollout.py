@@ -41,7 +41,7 @@ import yaml
 
 from cloudrl.algorithms.gated.controller import CONTROLLER_PATH
 from cloudrl.headline.report import paired
-from cloudrl.headline.rollout import FUTURES, rollout_scores
+from cloudrl.headline.rollout import FUTURES, RULES, choose, rollout_scores
 from envs.gated_env import GatedControllerEnv
 
 HEADLINE_YAML = Path(__file__).with_name("headline.yaml")
@@ -70,7 +70,7 @@ def make_env(workload: str, n_servers: int, decision_every: int,
 
 
 def run_episode(env: GatedControllerEnv, seed: int, policy: str, horizon: int, futures: str,
-                count: int) -> dict[str, Any]:
+                count: int, rule: str = "mean") -> dict[str, Any]:
     """One episode: ``policy`` "base" (constant preset 0) or "rollout"."""
     env.reset(seed=seed)
     t0 = time.perf_counter()
@@ -80,7 +80,7 @@ def run_episode(env: GatedControllerEnv, seed: int, policy: str, horizon: int, f
         choice = 0
         if policy == "rollout":
             rngs = [np.random.default_rng([seed, decision, m]) for m in range(count)]
-            choice = int(np.argmax(rollout_scores(env, horizon, futures, rngs)))
+            choice = choose(rollout_scores(env, horizon, futures, rngs), rule)
         _, reward, term, trunc, _ = env.step(choice)
         total += reward
         choices[choice] += 1
@@ -119,6 +119,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--horizon", type=int, default=60, help="ticks of preset 0 after the block")
     ap.add_argument("--futures-count", type=int, default=1, help="M sampled futures")
+    ap.add_argument("--rule", choices=RULES, default="mean",
+                    help="mean: best mean score; consistent: deviate from preset 0 only for a "
+                         "preset that beats it in every future")
     ap.add_argument("--decision-every", type=int, default=None,
                     help="ticks per decision (default: experiments/headline.yaml's)")
     ap.add_argument("--n-servers", type=int, default=50)
@@ -151,11 +154,11 @@ def merge(paths: Sequence[str]) -> None:
             fail(f"--merge: cannot read {path}: {err}")
         a = run["args"]
         configs.add((a["workload"], a["futures"], a["horizon"], a["futures_count"],
-                     run["decision_every"]))
+                     a.get("rule", "mean"), run["decision_every"]))
     if len(configs) != 1:
         fail(f"--merge: the files mix configurations {sorted(configs)}")
-    wl, fut, h, m, every = configs.pop()
-    print(f"{wl}, decision_every={every}, futures={fut}, H={h}, M={m}, "
+    wl, fut, h, m, rule, every = configs.pop()
+    print(f"{wl}, decision_every={every}, futures={fut}, H={h}, M={m}, rule={rule}, "
           f"seeds={[r['seed'] for r in roll]}")
     print(table(base, roll))
 
@@ -178,13 +181,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as err:
         fail(f"invalid argument: {' '.join(str(err).split())}")
     print(f"{args.workload}, N={args.n_servers}, decision_every={every}, futures={args.futures},"
-          f" H={args.horizon}, M={args.futures_count}, seeds={args.seeds}; "
+          f" H={args.horizon}, M={args.futures_count}, rule={args.rule}, seeds={args.seeds}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     base, roll = [], []
     for seed in args.seeds:
         base.append(run_episode(env, seed, "base", 0, args.futures, 1))
         roll.append(run_episode(env, seed, "rollout", args.horizon, args.futures,
-                                args.futures_count))
+                                args.futures_count, args.rule))
         b, r = base[-1], roll[-1]
         print(f"seed {seed}: energy {b['energy_kwh']:.2f} -> {r['energy_kwh']:.2f} kWh, "
               f"violations {b['violations']} -> {r['violations']}, reward {b['reward']:.1f} -> "

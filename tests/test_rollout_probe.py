@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cloudrl.algorithms.gated.controller import CONTROLLER_PATH
-from cloudrl.headline.rollout import clone_env, resample_future, rollout_scores
+from cloudrl.headline.rollout import choose, clone_env, resample_future, rollout_scores
 from envs.gated_env import GatedControllerEnv
 
 ENV = {"n_servers": 10, "sim": {"episode_length": 150}}
@@ -108,9 +108,30 @@ def test_resampled_copy_keeps_past_and_queue_and_changes_only_future_arrivals(
 def test_true_future_score_of_preset_zero_is_what_the_env_then_earns() -> None:
     env = mid_episode(steps=10)
     scores = rollout_scores(env, horizon=7, futures="true", rngs=[np.random.default_rng(0)])
-    assert scores.shape == (6,) and len(set(scores.round(9))) > 1  # presets differ
+    assert scores.shape == (1, 6) and len(set(scores[0].round(9))) > 1  # presets differ
     # preset 0 for one decision, then ceil(7 / 3) = 3 more decisions of preset 0
-    assert scores[0] == pytest.approx(sum(play(env, [0, 0, 0, 0])), abs=1e-9)
+    assert scores[0, 0] == pytest.approx(sum(play(env, [0, 0, 0, 0])), abs=1e-9)
+
+
+def test_resampled_scores_share_futures_across_presets_and_differ_between_futures() -> None:
+    env = mid_episode(steps=10)
+    rngs = [np.random.default_rng([1, m]) for m in range(2)]
+    scores = rollout_scores(env, horizon=30, futures="resampled", rngs=rngs)
+    assert scores.shape == (2, 6) and not np.array_equal(scores[0], scores[1])
+    again = rollout_scores(env, horizon=30, futures="resampled",
+                           rngs=[np.random.default_rng([1, m]) for m in range(2)])
+    assert np.array_equal(scores, again)  # the futures are set by the generators alone
+
+
+@pytest.mark.parametrize(("scores", "mean", "consistent"), [
+    ([[1.0, 1.0, 0.5]], 0, 0),                    # a tie goes to preset 0
+    ([[0.0, 3.0, 1.0], [0.0, -1.0, 0.5]], 1, 2),  # best mean 1 loses once; 2 wins always
+    ([[0.0, 3.0], [0.0, -1.0]], 1, 0),            # nothing beats preset 0 in every future
+    ([[5.0, 1.0], [5.0, 2.0]], 0, 0),
+])
+def test_choose_mean_and_consistent(scores, mean, consistent) -> None:
+    arr = np.asarray(scores)
+    assert choose(arr, "mean") == mean and choose(arr, "consistent") == consistent
 
 
 def test_rollout_scores_reject_bad_arguments() -> None:
@@ -119,6 +140,8 @@ def test_rollout_scores_reject_bad_arguments() -> None:
         rollout_scores(env, 5, "oracle", [np.random.default_rng(0)])
     with pytest.raises(ValueError, match="horizon must be >= 0"):
         rollout_scores(env, -1, "true", [np.random.default_rng(0)])
+    with pytest.raises(ValueError, match="rule must be one of mean, consistent"):
+        choose(np.zeros((1, 6)), "median")
 
 
 # ---------------------------------------------------------------- experiments/probe_rollout.py
@@ -152,7 +175,7 @@ def test_probe_cli_writes_rows_and_merges_them(tmp_path, capsys) -> None:
     capsys.readouterr()
     main(["--merge", str(out), str(out)])
     text = capsys.readouterr().out
-    assert "futures=resampled, H=6, M=2, seeds=[3, 3]" in text
+    assert "futures=resampled, H=6, M=2, rule=mean, seeds=[3, 3]" in text
     assert "energy_kwh" in text and "decision share of presets 0..5" in text
 
 

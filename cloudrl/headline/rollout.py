@@ -21,7 +21,7 @@ could gain over the heuristic).
   keeps the episode's day phase (``clock_offset``, visible in the observation's time
   features) and redraws its burst chain; trace replay is not supported.
 * :func:`rollout_scores` scores every preset over common futures (the same resampled
-  draw for every preset: common random numbers).
+  draw for every preset: common random numbers); :func:`choose` picks from the scores.
 """
 
 from __future__ import annotations
@@ -111,21 +111,38 @@ def _play(env: GatedControllerEnv, choice: int, tail_steps: int) -> float:
 
 def rollout_scores(env: GatedControllerEnv, horizon: int, futures: str,
                    rngs: Sequence[np.random.Generator]) -> np.ndarray:
-    """(P,) mean summed reward of each preset over ``len(rngs)`` futures: the preset for
-    one decision, then preset 0 for ``horizon`` ticks (rounded up to whole decisions).
+    """(M, P) summed reward of each preset in each of ``M = len(rngs)`` futures: the preset
+    for one decision, then preset 0 for ``horizon`` ticks (rounded up to whole decisions).
     ``futures="true"`` plays the env's own future (``rngs`` then only sets the count;
     one is enough, the simulator is deterministic); ``"resampled"`` redraws it per future,
-    the same draw for every preset."""
+    the same draw for every preset (common random numbers)."""
     if futures not in FUTURES:
         raise ValueError(f"futures must be one of {', '.join(FUTURES)}, got {futures!r}")
     if horizon < 0:
         raise ValueError(f"horizon must be >= 0, got {horizon}")
     tail = -(-horizon // env.decision_every)
-    scores = np.zeros(env.n_choices)
-    for rng in rngs:
+    scores = np.zeros((len(rngs), env.n_choices))
+    for m, rng in enumerate(rngs):
         base = clone_env(env)
         if futures == "resampled":
             resample_future(base.sim, rng)
         for p in range(env.n_choices):
-            scores[p] += _play(clone_env(base), p, tail)
-    return scores / max(1, len(rngs))
+            scores[m, p] = _play(clone_env(base), p, tail)
+    return scores
+
+
+RULES = ("mean", "consistent")
+
+
+def choose(scores: np.ndarray, rule: str = "mean") -> int:
+    """The preset to play from (M, P) rollout scores. ``"mean"``: the best mean (ties go to
+    the lowest index, so to preset 0). ``"consistent"``: the best mean among presets that
+    beat preset 0 in every future, else preset 0 (guards against picking the noise of M
+    sampled futures: the max of P noisy estimates is biased up)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    mean = scores.mean(axis=0)
+    if rule == "consistent":
+        mean = np.where(np.all(scores > scores[:, :1], axis=0), mean, -np.inf)
+        mean[0] = scores[:, 0].mean()
+    return int(np.argmax(mean))
