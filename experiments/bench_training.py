@@ -139,9 +139,18 @@ def _reference_tree(rev: str) -> str:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    try:
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev],
+                                 check=True, capture_output=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        import sys
+
+        detail = (getattr(err, "stderr", b"") or str(err).encode()).decode(errors="replace")
+        print(f"--reference-rev {rev}: not a revision of {root} "
+              f"({(detail.strip().splitlines() or ['?'])[-1]}); a shallow clone lacks it: "
+              "fetch it or pass --reference-rev none", file=sys.stderr)
+        sys.exit(2)
     tree = tempfile.mkdtemp(prefix=f"cloudrl-ref-{rev[:12]}-")
-    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev],
-                             check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
     return tree
 
