@@ -14,10 +14,14 @@ with remote runners it reads 0).
 
       .venv/bin/python -m experiments.bench_training --sampling [--envs-per-runner 32]
 measures sampling alone (issue 18): env steps/s of one RLlib env runner
-(``SingleAgentEnvRunner.sample``, exploring, in this process) over B envs at N=50, with
-``TrainConfig(batched_env=False)`` (gymnasium's SyncVectorEnv of the single env, the
-previous default) and ``batched_env=True`` (envs.vector_env), for masked PPO (flat) and
-BDQ (branching); best of ``--iters`` timed calls after a warm-up call.
+(``SingleAgentEnvRunner.sample``, exploring, in this process, torch threads 1 as an env
+runner actor with 1 CPU) over B envs at N=50, for masked PPO (flat) and BDQ (branching):
+the code at ``--reference-rev`` (default 59af842, before issue 18; unpacked with
+``git archive`` and run in a child process) alternating with the current code's rows
+(SyncVectorEnv + RLlib's connectors, batched env + RLlib's connectors, batched env +
+stacked connectors = the default); best of ``--rounds`` x ``--iters`` timed calls after a
+warm-up call each. Measured (README, 18:18 UTC, load 1.1-1.9): PPO 3,396 -> 8,024 env
+steps/s (2.36x), BDQ 2,471 -> 6,275 (2.54x); the issue's 3x is not met.
 
 Target (issue 3): the cluster env is not the bottleneck (>= CartPole's rate).
 Results to expect: see the README table (measured in this change on the
