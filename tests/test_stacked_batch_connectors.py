@@ -69,3 +69,25 @@ def test_stacked_connectors_refuse_configs_they_do_not_cover():
         .add_default_connectors_to_env_to_module_pipeline is True  # multi-agent: RLlib's
     assert build_algo_config(TrainConfig(algo="gated_dqn", env=SMALL)) \
         .add_default_connectors_to_module_to_env_pipeline is True  # not a cluster env id
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("first,then", [(False, True),
+                                        pytest.param(True, False, marks=pytest.mark.slow)])
+def test_resume_across_the_connector_setting(tmp_path, first, then):
+    """A checkpoint written with one connector setting resumes with the other (a run
+    checkpointed before the stacked connectors existed goes on with them, and back)."""
+    from cloudrl.training import train
+
+    def cfg(stacked: bool, steps: int) -> TrainConfig:
+        return TrainConfig(algo="ppo", env={**SMALL, "sim": {"episode_length": 20}},
+                           envs_per_runner=2, hidden=8, env_steps=steps,
+                           checkpoint_dir=str(tmp_path / "ckpt"), resume=True,
+                           stacked_connectors=stacked,
+                           hparams={"train_batch_size_per_learner": 40, "minibatch_size": 20,
+                                    "num_epochs": 1})
+
+    _, history = train(cfg(first, 40))
+    _, resumed = train(cfg(then, 80))
+    assert resumed[0]["env_steps"] > history[-1]["env_steps"]
+    assert resumed[-1]["env_steps"] >= 80
