@@ -24,6 +24,7 @@ do not enter the SLA, slowdown or wait statistics.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,6 +105,30 @@ class ClusterSim:
         self._standby = self._standby_w.tolist()
         self.reset(0)
 
+    def _bind_views(self) -> None:
+        """The named per-server columns as views into ``dyn`` (writes go to both)."""
+        self.used_cpu = self.dyn[:, D_USED_CPU]
+        self.used_mem = self.dyn[:, D_USED_MEM]
+        self.wake_left = self.dyn[:, D_WAKE_LEFT]
+        self.n_running = self.dyn[:, D_N_RUNNING]
+        self.watts = self.dyn[:, D_WATTS]
+
+    def __deepcopy__(self, memo: dict) -> ClusterSim:
+        """An independent copy mid-episode. numpy deep-copies a view as a separate array,
+        which would cut ``used_cpu`` & co. off from ``dyn``; they are re-bound to the copy's
+        ``dyn``. Attributes already in ``memo`` (e.g. shared fixed tables) are reused."""
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        for name, value in vars(self).items():
+            setattr(twin, name, copy.deepcopy(value, memo))
+        twin._bind_views()
+        return twin
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling: as for :meth:`__deepcopy__`, the column views are re-bound."""
+        self.__dict__.update(state)
+        self._bind_views()
+
     # ------------------------------------------------------------------ reset
     def reset(self, seed: int) -> None:
         """Start the episode of ``seed``: same seed, same episode, bit for bit."""
@@ -113,11 +138,7 @@ class ClusterSim:
         # Per-server dynamic state lives in one matrix so observations read it in a few
         # vectorized calls; the named attributes below are column views into it.
         self.dyn = np.zeros((n, len(DYN_COLS)))
-        self.used_cpu = self.dyn[:, D_USED_CPU]
-        self.used_mem = self.dyn[:, D_USED_MEM]
-        self.wake_left = self.dyn[:, D_WAKE_LEFT]
-        self.n_running = self.dyn[:, D_N_RUNNING]
-        self.watts = self.dyn[:, D_WATTS]
+        self._bind_views()
         self.power_state = np.full(n, ACTIVE, dtype=np.int8)
         self.dyn[:, D_ACTIVE] = 1.0
         self.dyn[:, D_TOGGLEABLE] = 1.0

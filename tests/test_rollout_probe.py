@@ -65,10 +65,25 @@ def test_clone_is_independent_and_steps_like_the_original(workload: str) -> None
     assert np.shares_memory(twin.sim.n_running, twin.sim.dyn)
 
 
-def test_plain_deepcopy_would_break_the_simulator_views() -> None:
+def test_plain_deepcopy_keeps_the_simulator_views_bound() -> None:
+    """``ClusterSim.__deepcopy__`` re-binds used_cpu & co. to the copy's ``dyn`` (numpy
+    alone deep-copies a view as a separate array, and the copy then diverges)."""
     env = mid_episode()
-    naive = copy.deepcopy(env)
-    assert not np.shares_memory(naive.sim.n_running, naive.sim.dyn)  # why clone_env exists
+    plain = copy.deepcopy(env)
+    for name in ("used_cpu", "used_mem", "wake_left", "n_running", "watts"):
+        assert np.shares_memory(getattr(plain.sim, name), plain.sim.dyn)
+        assert not np.shares_memory(getattr(plain.sim, name), env.sim.dyn)
+    assert play(plain, PRESETS * 3) == play(env, PRESETS * 3)
+    assert_same(state(env), state(plain))
+
+
+def test_a_pickled_simulator_keeps_its_views_bound() -> None:
+    import pickle
+
+    env = mid_episode()
+    sim = pickle.loads(pickle.dumps(env.sim))
+    assert np.shares_memory(sim.used_cpu, sim.dyn) and np.shares_memory(sim.watts, sim.dyn)
+    np.testing.assert_array_equal(sim.dyn, env.sim.dyn)
 
 
 @pytest.mark.parametrize("workload", ["poisson", "google_v2_like"])

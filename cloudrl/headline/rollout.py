@@ -7,12 +7,10 @@ for ``horizon`` more ticks), score each by the summed env reward, act with the b
 could gain over the heuristic).
 
 * :func:`clone_env` copies a :class:`envs.gated_env.GatedControllerEnv` (simulator,
-  branching env, observation builder, controller state). ``copy.deepcopy`` alone is wrong
-  here: the simulator's ``used_cpu``, ``used_mem``, ``wake_left``, ``n_running`` and
-  ``watts`` are column views into its ``dyn`` matrix, and a deep copy turns them into
-  separate arrays (writes through one no longer reach the other). The clone re-binds
-  them, and shares (does not copy) what no step mutates: config, fleet, workload, the
-  episode's job columns, the observation builder's tables.
+  branching env, observation builder, controller state). It shares (does not copy) what
+  no step mutates: config, fleet, workload, the episode's job columns, the observation
+  builder's tables. (``ClusterSim.__deepcopy__`` re-binds the simulator's column views
+  into its ``dyn`` matrix; numpy alone would deep-copy them as separate arrays.)
 * :func:`resample_future` replaces a copy's not-yet-arrived jobs (ids from
   ``sim._next_arrival`` on: every arrival ``<= sim.t`` has been enqueued) by a fresh draw
   of the workload with another generator, keeping the past, the queue and the running
@@ -32,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from envs.gated_env import GatedControllerEnv
-from envs.sim import D_N_RUNNING, D_USED_CPU, D_USED_MEM, D_WAKE_LEFT, D_WATTS, ClusterSim
+from envs.sim import ClusterSim
 from envs.workloads.base import JobTable
 from envs.workloads.synthetic import GoogleV2LikeWorkload, PoissonWorkload, _arrival_ticks
 
@@ -42,8 +40,6 @@ MUTABLE_SIM = ("t", "dyn", "used_cpu", "used_mem", "wake_left", "n_running", "wa
                "power_state", "_n_waking", "_tick_toggles", "priority_level", "arrival_ema",
                "violation_ema", "stats", "_finish_at", "job_server", "_server", "_queue",
                "_next_arrival")
-_VIEWS = {"used_cpu": D_USED_CPU, "used_mem": D_USED_MEM, "wake_left": D_WAKE_LEFT,
-          "n_running": D_N_RUNNING, "watts": D_WATTS}
 
 
 def _shared(env: GatedControllerEnv) -> list[object]:
@@ -58,11 +54,7 @@ def _shared(env: GatedControllerEnv) -> list[object]:
 def clone_env(env: GatedControllerEnv) -> GatedControllerEnv:
     """An independent copy of ``env`` mid-episode: stepping it leaves ``env`` unchanged."""
     memo: dict[int, object] = {id(v): v for v in _shared(env)}
-    twin = copy.deepcopy(env, memo)
-    sim = twin.sim
-    for name, col in _VIEWS.items():
-        setattr(sim, name, sim.dyn[:, col])
-    return twin
+    return copy.deepcopy(env, memo)
 
 
 def future_jobs(sim: ClusterSim, rng: np.random.Generator) -> JobTable:
