@@ -56,6 +56,11 @@ class TrainConfig(BaseModel):
         "one np.stack per key and hand actions back as batched arrays "
         "(cloudrl.connectors.stacked_batch) instead of RLlib's per-item default pipelines; "
         "same episodes")
+    batched_runner: bool = Field(
+        default=True, description="with the stacked connectors, env runners record the "
+        "batched env's steps as arrays and build the episodes once per sample() call "
+        "(cloudrl.env_runners.batched_runner) instead of RLlib's per-env bookkeeping; "
+        "same episodes")
     num_gpus_per_learner: float = Field(default=0.0, ge=0,
                                         description="GPU for the (local) learner on a cluster")
     torch_threads: TorchThreads = Field(
@@ -155,6 +160,10 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
             from cloudrl.connectors.stacked_batch import use_stacked_batch_connectors
 
             use_stacked_batch_connectors(config)
+            if cfg.batched_runner and config.env_runner_cls is None:
+                from cloudrl.env_runners.batched_runner import BatchedSingleAgentEnvRunner
+
+                config.env_runners(env_runner_cls=BatchedSingleAgentEnvRunner)
     return config
 
 

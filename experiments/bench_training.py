@@ -114,7 +114,8 @@ def sampling_rate(algo: str, n_envs: int, n_servers: int, iters: int,
 
     tc = TrainConfig(algo=algo, env={"n_servers": n_servers}, envs_per_runner=n_envs,
                      **overrides)
-    runner = SingleAgentEnvRunner(config=build_algo_config(tc))
+    config = build_algo_config(tc)
+    runner = (config.env_runner_cls or SingleAgentEnvRunner)(config=config)
     runner.sample(num_timesteps=n_envs * 10, explore=True)  # warm-up (compile, first resets)
     best = 0.0
     for _ in range(iters):
@@ -132,7 +133,10 @@ def sampling_rate(algo: str, n_envs: int, n_servers: int, iters: int,
 SAMPLING_ROWS = (
     ("SyncVectorEnv, RLlib connectors", {"batched_env": False, "stacked_connectors": False}),
     ("batched env, RLlib connectors", {"batched_env": True, "stacked_connectors": False}),
-    ("batched env, stacked connectors", {"batched_env": True, "stacked_connectors": True}),
+    ("batched env, stacked connectors", {"batched_env": True, "stacked_connectors": True,
+                                         "batched_runner": False}),
+    ("+ batched env runner", {"batched_env": True, "stacked_connectors": True,
+                              "batched_runner": True}),
 )
 
 

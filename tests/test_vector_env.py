@@ -262,6 +262,9 @@ def test_each_algorithm_trains_an_iteration_on_the_batched_env(algo):
         kinds = algorithm.env_runner_group.foreach_env_runner(
             lambda r: type(r.env.unwrapped).__name__ if r.env is not None else None,
             local_env_runner=runners == 0)
+        runner_classes = algorithm.env_runner_group.foreach_env_runner(
+            lambda r: type(r).__name__, local_env_runner=runners == 0)
+        assert "BatchedSingleAgentEnvRunner" in runner_classes
         want = (ClusterBranchingVectorEnv if cfg.interface() == "branching"
                 else ClusterSchedulingVectorEnv).__name__
         assert want in kinds

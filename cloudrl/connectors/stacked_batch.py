@@ -13,7 +13,8 @@ same result is one ``np.stack`` per observation key, and the module output can g
 the env runner as batched numpy arrays (the runner indexes them per env).
 
 * :class:`StackLatestObservations` (env-to-module): ``{obs: {key: (B, ...) tensor}}``,
-  row ``i`` = episode ``i``'s latest observation.
+  row ``i`` = episode ``i``'s latest observation (or, from
+  ``cloudrl.env_runners.batched_runner``, the env's batched observation as is).
 * :class:`BatchedActionsToNumpy` (module-to-env): samples actions from the action
   distribution when the module returned only its inputs (RLlib's ``GetActions``
   semantics: exploration or inference distribution class, deterministic when not
@@ -48,7 +49,13 @@ class StackLatestObservations(ConnectorV2):
     def __call__(self, *, rl_module: Any, batch: dict[str, Any], episodes: list[Any],
                  explore: bool | None = None, shared_data: dict | None = None,
                  **kwargs: Any) -> Any:
-        if Columns.OBS not in batch:
+        if Columns.OBS in batch:
+            return batch
+        batched = kwargs.get("batched_observations")
+        if batched is not None:  # the env's batch as is (BatchedSingleAgentEnvRunner)
+            batch[Columns.OBS] = ({key: torch.from_numpy(value) for key, value in batched.items()}
+                                  if isinstance(batched, dict) else torch.from_numpy(batched))
+        else:
             batch[Columns.OBS] = _stack([episode.get_observations(-1) for episode in episodes])
         return batch
 

@@ -1,0 +1,1 @@
+"""RLlib env runners (``config.env_runners(env_runner_cls=...)``)."""
