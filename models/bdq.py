@@ -263,8 +263,16 @@ class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetwo
         """:func:`fused_heads` without gradients, the fused weights cached until a head
         parameter changes (in-place updates bump its version, replacement its pointer)."""
         heads = [value_head, *advantage_heads]
-        params = [p for h in heads for p in h.parameters()]
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        # the heads' Linear layers are fixed at construction; their parameters are read
+        # anew on every call (a replaced parameter changes the key too). Walking
+        # `parameters()` of every head each call took ~0.6 ms of a ~3 ms acting step.
+        layout = getattr(self, "_fused_layout", None)
+        if layout is None or layout[0] != tuple(map(id, heads)):
+            layout = (tuple(map(id, heads)),
+                      [m for h in heads for m in h.modules() if isinstance(m, nn.Linear)])
+            self._fused_layout = layout
+        key = tuple((p.data_ptr(), p._version) for m in layout[1]
+                    for p in (m.weight, m.bias) if p is not None)
         cached = getattr(self, "_fused_cache", None)
         if cached is None or cached[0] != key:
             cached = (key, fused_weights(heads, [1, *self.branch_sizes]))
@@ -329,12 +337,18 @@ class BDQTorchRLModule(ModeFreeForwardMixin, TorchRLModule, QNetAPI, TargetNetwo
             if t is not None:
                 self.epsilon_schedule.update(t)
             epsilon = float(self.epsilon_schedule.get_current_value())
-            # Uniform over the feasible sub-actions: the argmax of i.i.d. uniform noise with
-            # the infeasible entries set below it (4x cheaper than torch.multinomial here).
-            noise = torch.rand(feasible.shape, device=feasible.device)
-            random = noise.masked_fill_(~feasible, -1.0).argmax(dim=-1)
             explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
-            return {Columns.ACTIONS: torch.where(explore, random, greedy).to(torch.int64)}
+            actions = greedy.to(torch.int64)
+            rows = explore.nonzero(as_tuple=True)
+            if rows[0].numel():
+                # Uniform over the feasible sub-actions, drawn only for the (env, branch)
+                # pairs that explore: the argmax of i.i.d. uniform noise with the infeasible
+                # entries set below it (4x cheaper than torch.multinomial; drawing noise for
+                # every pair cost ~0.2 ms per 32-env step at a small epsilon).
+                options = feasible[rows]
+                noise = torch.rand(options.shape, device=options.device)
+                actions[rows] = noise.masked_fill_(~options, -1.0).argmax(dim=-1)
+            return {Columns.ACTIONS: actions}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Current Q (unmasked, for the gather at replayed actions), masked next-state Qs."""

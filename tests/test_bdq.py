@@ -141,6 +141,12 @@ def test_exploration_is_per_branch_and_follows_the_epsilon_schedule() -> None:
     greedy = module.forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
     late = module.forward_exploration({Columns.OBS: obs}, t=100)[Columns.ACTIONS]
     assert torch.equal(late, greedy)  # epsilon = 0 at t = 100
+    # epsilon = 0.5 at t = 50: half the (row, branch) pairs draw uniformly, the rest greedy,
+    # so P(action != greedy) = 0.5 * (1 - 1/n) per branch
+    mid = module.forward_exploration({Columns.OBS: obs}, t=50)[Columns.ACTIONS]
+    for d, n in enumerate((4, 3)):
+        differ = (mid[:, d] != greedy[:, d]).float().mean().item()
+        assert abs(differ - 0.5 * (1 - 1 / n)) < 0.03
 
 
 def test_inference_only_variant_drops_the_target_nets(env: ClusterBranchingEnv) -> None:

@@ -122,6 +122,11 @@ def test_bdq_acting_passes_use_the_fused_heads_with_the_per_head_q_values(monkey
     module.load_state_dict(state)  # as a weight sync from the learner
     per_head3, fused3 = both()
     torch.testing.assert_close(fused3, per_head3, rtol=1e-5, atol=1e-6)
+    first = next(m for m in module.value_head if isinstance(m, torch.nn.Linear))
+    first.weight = torch.nn.Parameter(first.weight.detach() * 2)  # replaced, not in place
+    per_head4, fused4 = both()
+    assert not torch.allclose(per_head4, per_head3)
+    torch.testing.assert_close(fused4, per_head4, rtol=1e-5, atol=1e-6)
     module.fused_heads = False  # the config switch turns it off for acting as well
     builds.clear()
     module.forward_exploration(batch)
