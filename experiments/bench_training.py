@@ -14,14 +14,15 @@ with remote runners it reads 0).
 
       .venv/bin/python -m experiments.bench_training --sampling [--envs-per-runner 32]
 measures sampling alone (issue 18): env steps/s of one RLlib env runner
-(``SingleAgentEnvRunner.sample``, exploring, in this process, torch threads 1 as an env
+(``sample()`` of the config's runner class, exploring, in this process, torch threads 1 as an env
 runner actor with 1 CPU) over B envs at N=50, for masked PPO (flat) and BDQ (branching):
 the code at ``--reference-rev`` (default 59af842, before issue 18; unpacked with
 ``git archive`` and run in a child process) alternating with the current code's rows
 (SyncVectorEnv + RLlib's connectors, batched env + RLlib's connectors, batched env +
-stacked connectors = the default); best of ``--rounds`` x ``--iters`` timed calls after a
-warm-up call each. Measured (README, 18:18 UTC, load 1.1-1.9): PPO 3,396 -> 8,024 env
-steps/s (2.36x), BDQ 2,471 -> 6,275 (2.54x); the issue's 3x is not met.
+stacked connectors on RLlib's runner, and the default: + the batched env runner); best of
+``--rounds`` x ``--iters`` timed calls after a warm-up call each. Measured (README, 20:25
+UTC, load 1.1-1.8): PPO 2,757 -> 12,435 env steps/s (4.51x), BDQ 2,318 -> 7,253 (3.13x);
+two earlier runs 4.18x / 4.25x and 3.57x / 3.07x. The issue's 3x is met.
 
 Target (issue 3): the cluster env is not the bottleneck (>= CartPole's rate).
 Results to expect: see the README table (measured in this change on the
