@@ -30,8 +30,8 @@ What it does (issue 6):
    do: ``ReplayShard.add`` of one runner call's complete transitions with their
    priorities (F rows: no model compute, the runners did it), ``ReplayShard.sample(64)``,
    ``ReplayShard.update_priorities`` of 64, and one learner update of 64 (the local
-   ``BDQTorchLearner``), and r = env steps/s of one un-starved actor (a
-   ``SingleAgentEnvRunner`` in-process for 15 s doing what ``sample_into_shard`` does:
+   ``BDQTorchLearner``), and r = env steps/s of one un-starved actor (the config's env
+   runner class in-process for 15 s doing what ``sample_into_shard`` does:
    sample, n-step windows, initial priorities, numpy for the shard, metrics). With R
    runners, S shards and 1 learner, each on its own core:
 
@@ -247,7 +247,7 @@ def runner_rate(n_servers: int, seconds: float, fragment: int | None = None) -> 
 
     torch.set_num_threads(1)
     config = algo_config("apex", 1, n_servers, fragment=fragment)
-    runner = SingleAgentEnvRunner(config=config, worker_index=1)
+    runner = (config.env_runner_cls or SingleAgentEnvRunner)(config=config, worker_index=1)
     module = runner_module(runner)
     streams = EpisodeStreams(2 * ENVS_PER_RUNNER)
     assembler = NStepAssembler(module.observation_space, len(module.action_space.nvec),
