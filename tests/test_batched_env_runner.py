@@ -179,3 +179,22 @@ def test_fast_info_lists_equal_gymnasiums(num_envs, data):
     assert [[type(v) for v in d.values()] for d in got] == \
         [[type(v) for v in d.values()] for d in want]
     vec.close()
+
+
+def test_chunks_own_their_data_as_rllibs_do():
+    """A learner connector may rewrite a chunk's rewards in place (the learned-reward
+    connector does): that must not reach the next chunk's lookback or any other chunk."""
+    def run(runner_cls):
+        runner = _runner(runner_cls, "ppo")
+        try:
+            first = runner.sample(num_timesteps=30)
+            for episode in first:
+                episode.rewards.data[:] = 999.0
+                episode.observations.data["servers"][:] = -5.0
+            return runner.sample(num_timesteps=30)
+        finally:
+            runner.stop()
+
+    ours, theirs = run(BatchedSingleAgentEnvRunner), run(SingleAgentEnvRunner)
+    assert_same_episodes(ours, theirs)
+    assert all(999.0 not in e.rewards.data for e in ours)

@@ -77,9 +77,11 @@ def _stack_steps(steps: list[Any]) -> Any:
 
 
 def _take(stacked: Any, rows: slice, env: int) -> Any:
+    """Env ``env``'s rows as contiguous copies: an episode owns its data, as RLlib's do (a
+    connector that rewrites one chunk's rewards in place must not reach another chunk)."""
     if isinstance(stacked, dict):
-        return {key: value[rows, env] for key, value in stacked.items()}
-    return stacked[rows, env]
+        return {key: np.ascontiguousarray(value[rows, env]) for key, value in stacked.items()}
+    return np.ascontiguousarray(stacked[rows, env])
 
 
 def _concat(head: Any, tail: Any) -> Any:
@@ -320,7 +322,7 @@ class BatchedSingleAgentEnvRunner(SingleAgentEnvRunner):
         infos = rec.infos_of(env, first, end + 1)
         steps = slice(first, end)
         acts = _take(data["actions"], steps, env)
-        rews = data["rewards"][steps, env]
+        rews = _take(data["rewards"], steps, env)
         extras = {key: _take(value, steps, env) for key, value in data["extras"].items()}
         if head_rows is not None:  # prepend the episode object's data (lookback + start)
             obs = _concat(_as_arrays(head.observations, data["obs"]), _take(
@@ -365,7 +367,7 @@ def _successor(chunk: SingleAgentEpisode, lookback: int, data: dict, env: int,
         observation_space=chunk.observation_space,
         infos=chunk.infos.data[len(chunk.infos.data) - lookback - 1:],
         actions=_take(data["actions"], steps, env), action_space=chunk.action_space,
-        rewards=data["rewards"][steps, env],
+        rewards=_take(data["rewards"], steps, env),
         extra_model_outputs={key: _take(value, steps, env)
                              for key, value in data["extras"].items()},
         t_started=chunk.t, len_lookback_buffer=lookback)
