@@ -73,7 +73,7 @@ import json
 
 import numpy as np
 
-from cloudrl.lower_bound import J_PER_KWH, Envelope, episode_bound, min_power
+from cloudrl.lower_bound import J_PER_KWH, Envelope, episode_bound, min_power, offered_load
 from envs.sim import ACTIVE, WAKING
 
 
@@ -123,23 +123,6 @@ def tick_terms(sim, env: Envelope) -> dict[str, float]:
     }
 
 
-def arrival_load(sim) -> np.ndarray:
-    """Per-tick CPU if every job ran from its arrival (warm jobs from tick 0), clipped to T."""
-    T = sim.cfg.episode_length
-    prof = np.zeros(T + 1)
-    nw = sim.n_warm
-    placed = sim.job_server[:nw] >= 0
-    start = np.where(np.arange(len(sim.job_arrival)) < nw, 0, sim.job_arrival)
-    keep = np.ones(len(start), dtype=bool)
-    keep[:nw] = placed
-    keep &= sim.job_arrival < T
-    end = np.minimum(sim.job_arrival + sim.job_duration, T)
-    keep &= start < end
-    np.add.at(prof, np.clip(start[keep], 0, T), sim.job_cpu[keep])
-    np.add.at(prof, end[keep], -sim.job_cpu[keep])
-    return np.cumsum(prof)[:T]
-
-
 def analyse(workload: str, n_servers: int, seeds: list[int], params: dict) -> dict:
     from cloudrl.evaluate import make_env
     from cloudrl.heuristics.power_aware import PowerAwareConfig, PowerAwareConsolidation
@@ -177,7 +160,7 @@ def analyse(workload: str, n_servers: int, seeds: list[int], params: dict) -> di
         tot["mean_worse_active"] = float(np.mean([r["worse_active"] for r in rows]))
         tot["mean_worse_warm"] = float(np.mean([r["worse_warm"] for r in rows]))
         sim.reset(seed)
-        tot["F_arrival"] = float(min_power(envl, arrival_load(sim)).sum()) * tick_s / J_PER_KWH
+        tot["F_arrival"] = float(min_power(envl, offered_load(sim)).sum()) * tick_s / J_PER_KWH
         tot["bound"] = episode_bound(env_cfg, seed, sim).energy_kwh
         per_seed.append(tot)
         print(seed, json.dumps({k: round(v, 2) for k, v in tot.items()}), flush=True)

@@ -14,6 +14,7 @@ from cloudrl.config_loader import load_config
 from cloudrl.headline.config import HeadlineConfig, resolved_hparams, tiny
 from cloudrl.headline.report import (
     BOUND,
+    OFFERED,
     REFERENCE,
     format_table,
     goal_verdict,
@@ -102,6 +103,25 @@ def test_rows_judge_pareto_dominance_and_gap_closed():
     assert goal_verdict({"poisson": rows}, gap_goal=0.25)["met"]
     table = format_table(rows)
     assert "| learned (learned) | 104.50 ± " in table and "| 26% |" in table
+    assert OFFERED not in by  # only with offered_kwh
+
+
+def test_rows_report_the_gap_to_the_offered_work_reference():
+    ref = _eps(REFERENCE, [100, 110, 120, 130], [0.0, 0.0, 0.001, 0.0])
+    better = _eps("learned", [90, 99, 111, 118], [0.0, 0.0, 0.001, 0.0])  # 10.5 kWh less
+    rows = policy_rows({REFERENCE: ref, "learned": better}, [60.0, 70.0, 80.0, 90.0],
+                       violation_margin_pp=0.05, gap_goal=0.3, learned="learned",
+                       offered_kwh=[90.0, 100.0, 110.0, 120.0])  # 10 kWh below the reference
+    by = {r["policy"]: r for r in rows}
+    assert by["learned"]["gap_closed_offered"] == pytest.approx(10.5 / 10)
+    assert by["learned"]["gap_closed"] == pytest.approx(10.5 / 40)  # the goal's, unchanged
+    assert by[OFFERED]["energy_kwh_mean"] == pytest.approx(105.0)
+    assert by[OFFERED]["gap_closed"] == pytest.approx(10 / 40)
+    assert by[BOUND]["gap_closed_offered"] == pytest.approx(40 / 10)
+    assert goal_verdict({"poisson": rows}, gap_goal=0.3)["gap_closed"]["poisson"] == \
+        pytest.approx(10.5 / 40)  # the verdict stays on the bound
+    table = format_table(rows)
+    assert "| 26% | 105% |" in table and f"| {OFFERED} |" in table
 
 
 # ---------------------------------------------------------------- end to end

@@ -16,7 +16,9 @@ from cloudrl.lower_bound import (
     Envelope,
     episode_bound,
     gap_closed,
+    make_sim,
     min_power,
+    offered_load,
     required_work,
 )
 from envs.env_config import EnvConfig
@@ -108,6 +110,34 @@ def test_bound_equals_the_optimum_of_hand_solved_instances(jobs, plan, watt_tick
     assert _wh(achieved) == pytest.approx(watt_ticks, abs=1e-9)
     assert _wh(bound.energy_kwh) == pytest.approx(watt_ticks, rel=1e-9)
     assert bound.feasible
+
+
+@pytest.mark.parametrize(("jobs", "bound_wt", "offered_wt"), [
+    # F(L) = 10 + 195 L W on the tiny fleet (convex envelope of two 100 + 100 u servers
+    # over a 5 W sleep); the offered reference runs every job from its arrival
+    ([(0, 1.0, 2, 4)], 10 + 10 + 205 + 205 + 10, 205 + 205 + 10 + 10 + 10),
+    ([(0, 1.0, 2, 4), (1, 1.0, 1, 3)], 10 + 10 + 205 + 400 + 10, 205 + 400 + 10 + 10 + 10),
+    ([(0, 1.0, 4, 5)], 10 * 4 + 205, 205 * 4 + 10),   # the bound runs one tick of it
+    ([(0, 1.0, 2, 7)], 10 * 5, 205 * 2 + 10 * 3),      # the bound runs none of it
+])
+def test_offered_reference_of_hand_solved_instances(jobs, bound_wt, offered_wt):
+    bound = episode_bound(None, 0, sim=_tiny_sim(jobs))
+    assert _wh(bound.energy_kwh) == pytest.approx(bound_wt, rel=1e-9)
+    assert _wh(bound.offered_kwh) == pytest.approx(offered_wt, rel=1e-9)
+
+
+@pytest.mark.parametrize("workload", ["poisson", "google_v2_like"])
+def test_offered_reference_is_never_below_the_bound(workload):
+    cfg = EnvConfig.model_validate({"n_servers": 50, "workload": workload,
+                                    "sim": {"episode_length": 300}})
+    sim = make_sim(cfg)
+    for seed in (0, 7, 1_000_000):
+        bound = episode_bound(cfg, seed, sim=sim)
+        assert bound.energy_kwh <= bound.offered_kwh
+        work = required_work(sim)  # sim is at this seed's reset
+        offered = offered_load(sim)
+        assert np.all(offered >= work.forced - 1e-9)  # why: the water level's constraints
+        assert offered.sum() >= work.total - 1e-9
 
 
 def test_required_work_of_the_tiny_instance():

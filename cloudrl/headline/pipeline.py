@@ -191,7 +191,8 @@ def run_workload(cfg: HeadlineConfig, wl: str, run_dir: Path, reuse: bool, clien
         seeds = seeds_for("test", cfg.test_seeds)
         bounds = episode_bounds(env, seeds)
         rows = report.policy_rows(eps, [b.energy_kwh for b in bounds],
-                                  cfg.violation_margin_pp, cfg.gap_goal, learned=label)
+                                  cfg.violation_margin_pp, cfg.gap_goal, learned=label,
+                                  offered_kwh=[b.offered_kwh for b in bounds])
         for r in rows:
             key = re.sub(r"[^\w\-.:/ ]", "_", r["policy"])
             tracking.log_metrics(client, run_id, {
