@@ -198,3 +198,26 @@ def test_chunks_own_their_data_as_rllibs_do():
     ours, theirs = run(BatchedSingleAgentEnvRunner), run(SingleAgentEnvRunner)
     assert_same_episodes(ours, theirs)
     assert all(999.0 not in e.rewards.data for e in ours)
+
+
+@pytest.mark.parametrize("lookback", [1, 3])
+def test_fast_call_after_rllibs_loop_equals_rllibs_episodes(monkeypatch, lookback):
+    """A fast call that continues chunks RLlib's own loop left (their lookback is in the
+    episode objects, not in recorded rows) returns RLlib's episodes exactly."""
+    def run(runner_cls, rllib_calls):
+        runner = _runner(runner_cls, "ppo", lookback=lookback)
+        try:
+            out = []
+            for i, steps in enumerate((23, 17, 31, 9)):
+                if i in rllib_calls:  # this call takes RLlib's loop
+                    monkeypatch.setattr(runner, "_fast_path_reason", lambda *a: "test",
+                                        raising=False)
+                out += runner.sample(num_timesteps=steps)
+                monkeypatch.undo()
+            return out
+        finally:
+            runner.stop()
+
+    theirs = run(SingleAgentEnvRunner, ())
+    assert_same_episodes(run(BatchedSingleAgentEnvRunner, (1,)), theirs)
+    assert_same_episodes(run(BatchedSingleAgentEnvRunner, (0, 2)), theirs)

@@ -65,6 +65,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import batch as batch_items
 
 from cloudrl.connectors.stacked_batch import BatchedActionsToNumpy, StackLatestObservations
+from cloudrl.env_runners.info_list import FastDictInfoToList
 
 _PER_STEP_CALLBACKS = ("on_episode_created", "on_episode_start", "on_episode_step")
 
@@ -118,10 +119,15 @@ class _Start:
 class BatchedSingleAgentEnvRunner(SingleAgentEnvRunner):
     """``SingleAgentEnvRunner`` that records steps as batched arrays (see module doc)."""
 
+    def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        self._batched_obs: Any = None  # the env's latest batched observation (None: reset)
+        self._batched_infos: list[dict] = []
+        self._tail: dict | None = None  # the last call's rows kept for lookback
+        self._ongoing_chunks_to_return: list[SingleAgentEpisode] = []
+        super().__init__(config=config, **kwargs)  # calls make_env
+
     def make_env(self) -> None:
         super().make_env()
-        from cloudrl.env_runners.info_list import FastDictInfoToList
-
         if type(self.env) is DictInfoToList:  # RLlib's wrapper: the same lists, faster
             self.env = FastDictInfoToList(self.env.env)
         self._batched_obs = None
@@ -310,24 +316,20 @@ class BatchedSingleAgentEnvRunner(SingleAgentEnvRunner):
         the first recorded row it covers (its lookback included where recorded)."""
         head = start.episode
         lookback = head.observations.lookback if head is not None else 0
-        first = start.row
-        if head is not None and lookback <= rec.history(env):
-            first -= lookback  # the lookback steps are the recorded tail rows
-            head_rows = None
-        elif head is not None:  # lookback from an episode object (after RLlib's own loop)
-            head_rows = head
-        else:
-            head_rows = None
-        obs = _take(data["obs"], slice(first, end + 1), env)
-        infos = rec.infos_of(env, first, end + 1)
+        # the lookback steps are recorded tail rows, unless the chunk the call began with
+        # came from RLlib's own loop: then they are prepended from that episode object
+        prepend = head is not None and lookback > rec.history(env)
+        first = start.row if prepend else start.row - lookback
+        obs_first = first + 1 if prepend else first  # the head holds its start obs too
+        obs = _take(data["obs"], slice(obs_first, end + 1), env)
+        infos = rec.infos_of(env, obs_first, end + 1)
         steps = slice(first, end)
         acts = _take(data["actions"], steps, env)
         rews = _take(data["rewards"], steps, env)
         extras = {key: _take(value, steps, env) for key, value in data["extras"].items()}
-        if head_rows is not None:  # prepend the episode object's data (lookback + start)
-            obs = _concat(_as_arrays(head.observations, data["obs"]), _take(
-                data["obs"], slice(first + 1, end + 1), env))
-            infos = list(head.infos.data) + infos[1:]
+        if prepend:
+            obs = _concat(_as_arrays(head.observations, data["obs"]), obs)
+            infos = list(head.infos.data) + infos
             acts = _concat(_as_arrays(head.actions, data["actions"]), acts)
             rews = np.concatenate([_as_arrays(head.rewards, data["rewards"]), rews])
             extras = {key: _concat(_as_arrays(head.extra_model_outputs[key], value), value)
