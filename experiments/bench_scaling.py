@@ -107,6 +107,12 @@ env steps/s (it did ~2.7k when it ran the priority forward pass itself: a 24-row
 the real limit: one CPU learner at replay ratio 1 keeps up with ~1.5k env steps/s, about
 two actors; beyond that actors add data diversity but the replay ratio falls as 1/R, so a
 cluster needs a GPU learner with large batches (README, "Sizing a cluster").
+
+Re-measured with the issue-17 learner and the issue-18 runner (``--model-only --fragment
+16``, 2026-11-23 22:45 UTC, load ~0.9): F=126, t_add 0.94 ms, t_sample(64) 0.61 ms,
+t_prio(64) 0.33 ms, **t_update(64) 22.2 ms** (was 41.6), r = 2,218 env steps/s per actor
+(was 873). At replay ratio 1 the learner keeps up with 2,882 env steps/s (1.9x), i.e. 1.3
+of today's faster actors; a shard stores ~135k env steps/s (4 shards: 128 runners linear).
 """
 
 from __future__ import annotations
