@@ -225,7 +225,8 @@ def check_cluster_fits(config: Any) -> None:
     if need > have + 1e-9:
         raise ConfigError(
             f"the run's actors need {need:g} CPUs, the Ray cluster has {have:g}: lower "
-            "num_env_runners, or the CPUs per actor (env_runners num_cpus_per_env_runner, "
+            f"num_env_runners{' or num_learners' if config.num_learners else ''}, or the "
+            "CPUs per actor (env_runners num_cpus_per_env_runner, "
             "hparams num_cpus_per_replay_shard for apex_bdq)")
 
 

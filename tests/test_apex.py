@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import ray
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
@@ -61,10 +61,12 @@ def test_config_validation_and_learner_hook() -> None:
                 ApexBDQConfig().env_runners(num_env_runners=1).training(num_replay_shards=2),
                 ApexBDQConfig().training(broadcast_interval=0),
                 ApexBDQConfig().training(apex_epsilon=1.5),
-                ApexBDQConfig().training(replay_shard_capacity=16),  # < batch 32
-                ApexBDQConfig().learners(num_learners=1)):
+                ApexBDQConfig().training(replay_shard_capacity=16)):  # < batch 32
         with pytest.raises(ValueError):
             bad.validate()
+    remote = ApexBDQConfig().environment(BRANCHING_ID).learners(num_learners=2)
+    remote.validate()  # remote / DDP learners: priorities come back through the metrics
+    assert not remote.td_errors_on_device
 
 
 # -- the shard, in-process ------------------------------------------------------------------
@@ -345,6 +347,49 @@ def test_apex_flow_two_runners_two_shards() -> None:
         previous = min(versions)
         result = algo.train()
         assert min(r["weights_seq_no"] for r in algo.runner_reports.values()) >= previous
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("num_learners", [1, 2])
+def test_apex_on_remote_learners_routes_every_priority_to_its_slot(num_learners: int) -> None:
+    """One remote learner, or two DDP learners (gloo) that each take half of every batch:
+    training runs, and each sample's |TD| (computed here from the learners' weights before
+    the update) reaches the slot it was sampled from in the shard."""
+    register_rllib_envs()
+    config = apex_config(num_replay_shards=1, replay_shard_capacity=100_000).learners(
+        num_learners=num_learners, num_cpus_per_learner=0.5 / num_learners)
+    algo = config.build_algo()
+    try:
+        def enough(result):
+            versions = [r["weights_seq_no"] for r in algo.runner_reports.values()]
+            return result[APEX_RESULTS]["learner_updates"] >= 2 and bool(versions) and \
+                min(versions) > 0
+
+        result = train_until(algo, enough, max_iterations=30)
+        apex = result[APEX_RESULTS]
+        batch = 16 * num_learners  # train_batch_size_per_learner each
+        assert config.total_train_batch_size == batch
+        assert apex["trained_samples"] == batch * apex["learner_updates"]
+        assert math.isfinite(float(result["learners"]["default_policy"]["qf_loss"]))
+        shard = algo.replay_shards()[0]
+        reply = ray.get(shard.sample.remote(batch))
+        state = algo.learner_group.get_state(
+            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}")[COMPONENT_LEARNER][
+            COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
+        module = module_spec(ClusterBranchingEnv(ENV_CONFIG)).build()
+        module.make_target_networks()
+        module.set_state(state)
+        expected = learner_td(module, reply["batch"])
+        algo._learn_on(0, reply, env_steps=env_steps(result))
+        ray.get(algo._priority_refs)
+        prios = ray.get(shard.priorities.remote())[reply["batch"]["indices"]]
+        alpha = float(config.replay_buffer_config.get("alpha", 0.6))
+        torch.testing.assert_close(prios.float(), ((expected + 1e-6) ** alpha).float(),
+                                   rtol=1e-4, atol=1e-5)
+        assert shard_stats(algo)[0]["stale_priorities"] == 0
     finally:
         algo.stop()
 

@@ -116,6 +116,10 @@ def test_oversized_actor_request_fails_fast_naming_the_knobs():
     fits = TrainConfig(algo="apex_bdq", num_env_runners=2,
                        hparams={"num_cpus_per_replay_shard": 0})
     check_cluster_fits(build_algo_config(fits))
+    remote = TrainConfig(algo="apex_bdq", num_env_runners=2, num_learners=1,
+                         hparams={"num_cpus_per_replay_shard": 0})  # + 1 learner actor
+    with pytest.raises(ConfigError, match="need 3 CPUs.*lower num_env_runners or num_learners"):
+        check_cluster_fits(build_algo_config(remote))
 
 
 @pytest.mark.usefixtures("ray_session")

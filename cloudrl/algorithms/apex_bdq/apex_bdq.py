@@ -36,7 +36,10 @@ flight per runner.
   (``runner``); the driver receives only their small reports;
 * replay shards: ``num_replay_shards`` Ray actors (``shard``), managed by an
   RLlib ``FaultTolerantActorManager``;
-* learner: the local ``BDQTorchLearner`` of the algorithm's ``LearnerGroup``, in the driver.
+* learner: the ``BDQTorchLearner`` of the algorithm's ``LearnerGroup``: by default the local
+  one, in the driver (``num_learners=0``); with ``num_learners=1`` one remote learner actor
+  (e.g. on a GPU node while the driver stays on a CPU node), with ``num_learners >= 2``
+  DDP learners (gloo on CPU, NCCL on GPU) that split each replay batch.
 
 One ``training_step`` (never waits on a runner; waits at most ``replay_fetch_timeout_s``):
 
@@ -49,7 +52,9 @@ One ``training_step`` (never waits on a runner; waits at most ``replay_fetch_tim
 3. per batch: ``learner_group.update`` (tensor batch straight to the local learner), then
    the per-sample ``sum_d |delta_d|`` from ``BDQTorchLearner.device_td_errors`` goes back
    to the shard that produced the batch (fire and forget; the shard drops entries whose
-   slot was overwritten meanwhile);
+   slot was overwritten meanwhile). Remote learners report each sample's position in the
+   batch next to its ``|delta|`` (``bdq.training_step.update_learners``), so every priority
+   reaches the slot (and stamp) it was computed on whatever the order of their shards;
 4. every ``broadcast_interval`` learner updates: ``ray.put`` the learner weights once and
    send them asynchronously to all runners (``set_state`` with the learner's
    ``WEIGHTS_SEQ_NO`` as version, inference-only). Runners apply them between two
@@ -77,6 +82,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import ray
+import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
@@ -88,7 +94,6 @@ from ray.rllib.utils.metrics import (
     NUM_AGENT_STEPS_SAMPLED_LIFETIME,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
-    TD_ERROR_KEY,
     TIMERS,
     WEIGHTS_SEQ_NO,
 )
@@ -96,7 +101,7 @@ from ray.rllib.utils.metrics import (
 from cloudrl.algorithms.apex_bdq.runner import sample_into_shard
 from cloudrl.algorithms.apex_bdq.shard import ReplayShard
 from cloudrl.algorithms.bdq.bdq import BDQConfig
-from cloudrl.algorithms.bdq.training_step import replay_batch
+from cloudrl.algorithms.bdq.training_step import update_learners
 from cloudrl.replay import ReplayConfig
 
 APEX_RESULTS = "apex"
@@ -145,7 +150,8 @@ class ApexBDQConfig(BDQConfig):
 
     ``ApexBDQConfig().environment(...).env_runners(num_env_runners=8)
     .training(num_replay_shards=2, ...).build_algo()``. The learner is the local one
-    (``num_learners=0``), on a GPU when ``num_gpus_per_learner=1``.
+    (``num_learners=0``; on a GPU when ``num_gpus_per_learner=1``), one remote learner
+    (``num_learners=1``) or DDP learners (``num_learners >= 2``).
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -197,8 +203,6 @@ class ApexBDQConfig(BDQConfig):
         super().validate()
         if self.in_evaluation:  # the evaluation copy samples synchronously, as any algo
             return
-        if self.num_learners != 0:
-            self._value_error("Ape-X BDQ uses the local learner (num_learners=0)")
         if self.num_env_runners < 1:
             self._value_error("Ape-X samples on remote env runners (num_env_runners >= 1)")
         if self.num_replay_shards < 1:
@@ -220,7 +224,7 @@ class ApexBDQConfig(BDQConfig):
 
 
 class ApexBDQ(Algorithm):
-    """Ape-X BDQ: asynchronous actors, sharded prioritized replay, one learner."""
+    """Ape-X BDQ: asynchronous actors, sharded prioritized replay, local or remote learners."""
 
     config: ApexBDQConfig
 
@@ -248,10 +252,9 @@ class ApexBDQ(Algorithm):
     def setup(self, config: ApexBDQConfig) -> None:
         super().setup(config)
         cfg = self.config
-        learner = self.learner_group._learner
-        if learner is None:
-            raise ValueError("Ape-X BDQ needs the local learner (num_learners=0)")
-        module = learner.module[DEFAULT_MODULE_ID]
+        obs_space, action_space = next(iter(self.learner_group.foreach_learner(
+            lambda learner: (learner.module[DEFAULT_MODULE_ID].observation_space,
+                             learner.module[DEFAULT_MODULE_ID].action_space)))).get()
         rb = cfg.replay_buffer_config
         replay_cfg = ReplayConfig(
             capacity=cfg.replay_shard_capacity, alpha=float(rb.get("alpha", 0.6)),
@@ -262,8 +265,8 @@ class ApexBDQ(Algorithm):
         )(ReplayShard)
         seed = cfg.seed or 0
         self._shard_handles = [
-            shard_cls.remote(i, cfg.num_replay_shards, replay_cfg, module.observation_space,
-                             module.action_space, seed,
+            shard_cls.remote(i, cfg.num_replay_shards, replay_cfg, obs_space, action_space,
+                             seed,
                              max(1, int(cfg.num_cpus_per_replay_shard)))
             for i in range(cfg.num_replay_shards)]
         self._shards = FaultTolerantActorManager(
@@ -400,25 +403,29 @@ class ApexBDQ(Algorithm):
 
     def _learn_on(self, shard_id: int, reply: dict[str, Any], env_steps: int) -> None:
         cfg, metrics = self.config, self.metrics
+        batch = reply["batch"]
+        # The learners see the batch positions as its replay slots: with remote (DDP)
+        # learners each reports the positions of its shard of the batch next to their
+        # |TD|, which map back to the shard's slots and stamps (a prioritized batch may
+        # hold one slot twice, so the slot itself is no key).
+        sample = {**batch, "indices": torch.arange(len(batch["indices"]))}
         learner = self.learner_group._learner
-        sample = {k: v for k, v in reply["batch"].items() if k != "indices"}
-        sample = _to_device(sample, learner.device)
+        if learner is not None:
+            sample = _to_device(sample, learner.device)
         timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: env_steps,
                      NUM_AGENT_STEPS_SAMPLED_LIFETIME: metrics.peek(
                          (ENV_RUNNER_RESULTS, NUM_AGENT_STEPS_SAMPLED_LIFETIME), default={})}
         with metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            results = self.learner_group.update(batch=replay_batch(sample),
-                                                timesteps=timesteps)
-        for res in results:
-            for module_results in res.values():
-                if isinstance(module_results, dict):
-                    module_results.pop(TD_ERROR_KEY, None)
+            results, (positions, td_abs) = update_learners(self.learner_group, sample,
+                                                           timesteps)
         metrics.aggregate(results, key=LEARNER_RESULTS)
-        td_abs = learner.device_td_errors.pop(DEFAULT_MODULE_ID).detach().cpu()
+        positions = positions.cpu()
+        td_abs = td_abs.detach().cpu()
         # Straight to the shard's handle, not through the manager: its per-tag in-flight
         # cap would drop updates; these are bounded by the batches fetched anyway.
         self._priority_refs.append(self._shard_handles[shard_id].update_priorities.remote(
-            reply["batch"]["indices"], reply["stamps"], td_abs, reply["incarnation"]))
+            batch["indices"][positions], reply["stamps"][positions], td_abs,
+            reply["incarnation"]))
         counters = self.apex_counters
         counters.priority_updates_sent += 1
         counters.learner_updates += 1
