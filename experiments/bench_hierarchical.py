@@ -70,6 +70,22 @@ Goal still NOT met: the supervisor does not beat its lean sub-agent (poisson: wi
 noise, slightly worse; google_v2_like: it picks lean at every decision, identical
 episodes). It is not dominated by the best heuristic (power_aware), but that gain is the
 lean sub-agent's, not the switching's.
+
+At the goal's size (2026-11-23 22:44-23:12 UTC, near idle; ``train_sub_agents.py
+--n-servers 50 --env-steps 5000`` per workload, then ``--learned-subs ... --n-servers 50
+--seeds 50 --env-steps 20000 --no-reinforce``; 3 min of supervisor training and 2 min of
+evaluation per workload), PPO supervisor minus row, mean +- 95% t-CI (wins/ties of 50):
+
+| minus           | poisson             | google_v2_like      |
+|-----------------|---------------------|---------------------|
+| rule_supervisor | -2.3 +- 7.1 (28/6)  | +0.8 +- 1.0 (24/22) |
+| lean            | -1.5 +- 2.2 (0/34)  | +0.0 +- 0.0 (0/50)  |
+| cautious        | +6.6 +- 10.1 (26/0) | +4.7 +- 3.0 (36/2)  |
+| power_aware     | +1.6 +- 7.5 (25/0)  | +0.8 +- 0.8 (13/33) |
+
+NOT met at N=50 either: the specialists end within 0.5% of each other and of power_aware,
+so switching has nothing to gain (README, "Hierarchical agent", has the 2,000-decision run
+too).
 """
 
 from __future__ import annotations
