@@ -21,6 +21,14 @@ the share of seeds within the budget with its 95% Wilson interval.
 Run: ``python -m experiments.bench_offline --workloads poisson google_v2_like``
 (results in ``results/bench_offline_<workload>_n<N>.json``).
 
+At the goal's size (2026-11-23 23:32-23:49 UTC, ``--n-servers 50 --episode-length 1000
+--n-seeds 50 --iterations 40 --epochs 4 --hidden 32``, one process per workload, 965-985 s
+each): cql_lag -3,074 reward, 2.22 violations, 24% of seeds within B = 0.5 (poisson) and
+-7,093, 74.4, 38% within B = 44 (google_v2_like); power_aware -2,269 / 0.16 / 84% and
+-4,642 / 47.5 / 68%; BC -26,865 / 405 and -8,334 / 96; the source's CQL on the cost head
+56.2 violations on poisson. Goal not met (README, "Offline constrained agent", has the
+whole table).
+
 Measured (2026-11-23, 10:43-10:52 UTC, both workloads in parallel, one process each, load
 average 0-5 on the shared 2-core machine): ``--n-servers 15 --episode-length 200
 --iterations 40 --epochs 4 --hidden 32 --n-seeds 20`` (defaults otherwise: lr 1e-3, γ 0.9,
