@@ -75,7 +75,7 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
         super().__init__(*args, **kwargs)
 
     def setup(self) -> None:
-        n_actions = flat_action_count(type(self).__name__, self.action_space)
+        n_actions = self.output_size()
         cfg = model_config_dict(self.model_config)
         enc_cfg = EncoderConfig.from_model_config(cfg)
         hiddens = tuple(cfg.get("head_hiddens", DEFAULT_HEAD_HIDDENS))
@@ -85,6 +85,19 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
         self.bc_head = head(enc_cfg.hidden, hiddens, n_actions, enc_cfg.activation)
         self.register_buffer("lagrange", torch.zeros(()))
         self.register_buffer("support_threshold", torch.zeros(()))
+
+    # -- the action layout (the branching subclass overrides these three) -------------
+    def output_size(self) -> int:
+        """Outputs of each head: one per flat action."""
+        return flat_action_count(type(self).__name__, self.action_space)
+
+    def shaped(self, out: torch.Tensor) -> torch.Tensor:
+        """A head's output in the layout the losses take: (B, A) here."""
+        return out
+
+    def feasible(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Bool mask of the valid actions, the layout of :meth:`shaped`."""
+        return feasible_actions(obs)
 
     # -- InferenceOnlyAPI / TargetNetworkAPI ------------------------------------------
     def get_non_inference_attributes(self) -> list[str]:
@@ -102,19 +115,20 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
     def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
         with torch.no_grad():
             emb = self._target_encoder(batch[Columns.OBS])
-            return {QR: self._target_qr(emb), QC: self._target_qc(emb)}
+            return {QR: self.shaped(self._target_qr(emb)), QC: self.shaped(self._target_qc(emb))}
 
     # -- heads --------------------------------------------------------------------------
     def heads(self, obs: dict[str, torch.Tensor]
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unmasked online (Q_r, Q_c, behaviour logits), each (B, A)."""
         emb = self.encoder(obs)
-        return self.qr_head(emb), self.qc_head(emb), self.bc_head(emb)
+        return (self.shaped(self.qr_head(emb)), self.shaped(self.qc_head(emb)),
+                self.shaped(self.bc_head(emb)))
 
     def compute_q_values(self, batch: dict[str, Any]) -> dict[str, Any]:
         obs = batch[Columns.OBS]
         qr, qc, bc = self.heads(obs)
-        allowed = supported(bc, feasible_actions(obs), self.support_threshold)
+        allowed = supported(bc, self.feasible(obs), self.support_threshold)
         return {QF_PREDS: policy_scores(qr, qc, self.lagrange, allowed),
                 QR: qr, QC: qc, BC: bc}
 
@@ -139,5 +153,5 @@ class CQLLagTorchRLModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnl
         return {QR: qr_curr, QC: qc_curr, BC: bc_curr, QR_NEXT: qr_next.detach(),
                 QC_NEXT: qc_next.detach(), BC_NEXT: bc_next.detach(),
                 QR_TARGET_NEXT: target[QR],
-                QC_TARGET_NEXT: target[QC], FEASIBLE: feasible_actions(obs),
-                NEXT_FEASIBLE: feasible_actions(next_obs)}
+                QC_TARGET_NEXT: target[QC], FEASIBLE: self.feasible(obs),
+                NEXT_FEASIBLE: self.feasible(next_obs)}

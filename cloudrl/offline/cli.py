@@ -1,10 +1,11 @@
 """``cloudrl offline record|train|evaluate``: the offline constrained agent's commands.
 
 * ``record``: a logged dataset (heuristics, ε-noised variants, checkpoints) on train
-  seeds, its summary printed and logged to MLflow (:mod:`.dataset`);
+  seeds, on the flat or the branching interface (``--interface``), its summary printed
+  and logged to MLflow (:mod:`.dataset`);
 * ``train``: the CQL-Lagrangian learner (``--algo cql_lag``) or a baseline (``bc``,
-  ``marwil``: RLlib's stock configs) on it; checkpoint for ``cloudrl evaluate`` and
-  ``cloudrl serve`` (:mod:`.train`);
+  ``marwil``: RLlib's stock configs, flat datasets only) on it; checkpoint for
+  ``cloudrl evaluate`` and ``cloudrl serve`` (:mod:`.train`);
 * ``evaluate``: checkpoints and heuristics on the test seeds with normalised cost
   (:mod:`.evaluation`).
 
@@ -37,6 +38,8 @@ def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> OfflineConfi
         overrides = {**overrides, "env": env}
     if getattr(args, "no_mlflow", False):
         overrides = {**overrides, "mlflow": False}
+    if getattr(args, "interface", None) is not None:
+        overrides = {**overrides, "interface": args.interface}
     return load_config(OfflineConfig, getattr(args, "config", None), overrides)
 
 
@@ -87,7 +90,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     cfg = _config(args, {"record": sec} if sec else {})
     rec = cfg.record
     try:
-        record_dataset(rec.out, rec.policies, env_config=cfg.env, episodes=rec.episodes,
+        record_dataset(rec.out, rec.policies, env_config=cfg.env, interface=cfg.interface,
+                       episodes=rec.episodes,
                        epsilons=rec.epsilons, max_steps=rec.max_steps,
                        overload_weight=rec.overload_weight,
                        overload_threshold=rec.overload_threshold, noise_seed=rec.noise_seed)
@@ -117,7 +121,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     sec = _section(args, ("algo", "data", "budget", "budget_fraction", "iterations", "out",
                           "cql_cost_alpha"))
     cfg = _config(args, {"train": sec} if sec else {})
-    _read(cfg.train.data)  # a malformed file: one line naming it, before Ray starts
+    episodes = _read(cfg.train.data)  # a malformed file: one line naming it, first
+    interface = episodes[0].custom_data.get("interface", "flat") if episodes else "flat"
+    del episodes
+    if interface != "flat" and cfg.train.algo != "cql_lag":
+        raise ConfigError(f"train.algo: {cfg.train.algo} trains the flat masked PPO module; "
+                          f"the dataset {cfg.train.data} is {interface}: use cql_lag")
     tracker = _Tracker(cfg, f"offline-train-{cfg.train.algo}",
                        {"train": cfg.train.model_dump(mode="json"),
                         "env": cfg.env.model_dump(mode="json")})
@@ -151,12 +160,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     ev = cfg.evaluate
     budget = ev.budget
     env = cfg.env
+    interface = cfg.interface
     for ck in ev.checkpoints:
         try:
             meta = read_meta(ck)
         except (OSError, ValueError) as e:
             raise ConfigError(f"evaluate.checkpoints: {e}") from None
         budget = budget or meta.get("budget")
+        interface = meta.get("interface", "flat")
         if not (args.n_servers or args.episode_length or args.workload):
             from envs.env_config import EnvConfig
 
@@ -164,7 +175,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if budget is None:
         raise ConfigError("evaluate.budget: needed when no checkpoint carries one")
     try:
-        rows = evaluate([*ev.checkpoints, *ev.policies], env, budget, ev.n_seeds)
+        rows = evaluate([*ev.checkpoints, *ev.policies], env, budget, ev.n_seeds,
+                        interface=interface)
     except ValueError as e:
         raise ConfigError(f"evaluate: {e}") from None
     print(format_rows(rows, budget))
@@ -193,6 +205,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                        help="workload kind (default poisson)")
         p.add_argument("--episode-length", type=int, help="ticks per episode (default 1000)")
         p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+        p.add_argument("--interface", choices=("flat", "branching"),
+                       help="record: the action interface (default flat); train follows the "
+                       "dataset's, evaluate the checkpoints'")
 
     rec = sub.add_parser("record", help="record a dataset of behaviour policies on the train "
                          "seeds (RLlib offline episodes with a per-step cost)")

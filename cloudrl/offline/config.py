@@ -94,6 +94,9 @@ class OfflineConfig(_Strict):
     """The offline constrained agent's config (``experiments/offline.yaml``)."""
 
     env: EnvConfig = Field(default_factory=_default_env)
+    interface: Literal["flat", "branching"] = Field(
+        "flat", description="the action interface datasets are recorded on (training "
+        "follows the dataset's, evaluation the checkpoints')")
     record: RecordSection = Field(default_factory=RecordSection)
     train: TrainSection = Field(default_factory=TrainSection)
     evaluate: EvaluateSection = Field(default_factory=EvaluateSection)

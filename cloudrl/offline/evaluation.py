@@ -32,16 +32,20 @@ def run_policy(policy: Any, env: Any, seed: int) -> dict[str, float]:
     return {"reward": reward, "cost": cost, "energy_kwh": energy}
 
 
-def load(spec: str, env_cfg: EnvConfig) -> Any:
-    """A heuristic by name, or a checkpoint (greedy) checked against the env."""
+def load(spec: str, env_cfg: EnvConfig, interface: str = "flat") -> Any:
+    """A heuristic by name on ``interface``, or a checkpoint (greedy) checked against the
+    env and the interface."""
     from cloudrl.checkpoint_policy import CheckpointPolicy, is_checkpoint
     from cloudrl.heuristics import make_heuristic
 
     if is_checkpoint(spec):
         pol = CheckpointPolicy(spec, mode="greedy")
+        if pol.interface != interface:
+            raise ValueError(f"checkpoint {spec} acts on the {pol.interface} interface, "
+                             f"the evaluation runs on {interface}")
         pol.check_env(env_cfg)
         return pol
-    return make_heuristic(spec, "flat")
+    return make_heuristic(spec, interface)
 
 
 def within_budget(costs: Sequence[float], budget: float,
@@ -59,16 +63,16 @@ def within_budget(costs: Sequence[float], budget: float,
 
 
 def evaluate(specs: Sequence[str], env_cfg: EnvConfig, budget: float, n_seeds: int = 10,
-             names: Sequence[str] | None = None,
-             keep_costs: bool = False) -> list[dict[str, Any]]:
-    """One row per policy (``names`` label them; default the policy names);
-    ``keep_costs``: each row also lists the per-seed costs (``costs``)."""
+             names: Sequence[str] | None = None, keep_costs: bool = False,
+             interface: str = "flat") -> list[dict[str, Any]]:
+    """One row per policy (``names`` label them; default the policy names) on
+    ``interface``; ``keep_costs``: each row also lists the per-seed costs (``costs``)."""
     from cloudrl.alignment.recording import make_env
 
-    env = make_env(env_cfg, "flat")
+    env = make_env(env_cfg, interface)
     rows = []
     for i, spec in enumerate(specs):
-        pol = load(spec, env_cfg)
+        pol = load(spec, env_cfg, interface)
         eps = [run_policy(pol, env, s) for s in seeds_for("test", n_seeds)]
         reward = np.array([e["reward"] for e in eps])
         cost = np.array([e["cost"] for e in eps])

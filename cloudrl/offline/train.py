@@ -8,7 +8,9 @@ with the masked PPO module - on ``offline_data(input_=[data], input_read_episode
 runs ``train.iterations`` iterations, logs the learner's metrics (λ, cost estimate, loss
 terms) to MLflow, and writes a checkpoint ``cloudrl evaluate --checkpoint`` and
 ``cloudrl serve`` load (``cloudrl.json``: algo ``cql_lag``; the baselines' modules are
-masked PPO modules, recorded as algo ``ppo`` with ``trained_by`` bc|marwil).
+masked PPO modules, recorded as algo ``ppo`` with ``trained_by`` bc|marwil). The
+interface is the dataset's: a branching dataset trains the per-branch module
+(``models.cql_lag_branching``).
 """
 
 from __future__ import annotations
@@ -37,21 +39,27 @@ def dataset_budget(summary: dict[str, Any]) -> float:
     return max(0.5, float(best["mean_cost"]))
 
 
-def _spaces(cfg: OfflineConfig):
+def _spaces(cfg: OfflineConfig, interface: str):
     from cloudrl.alignment.recording import make_env
 
-    env = make_env(cfg.env, "flat")
+    env = make_env(cfg.env, interface)
     return env.observation_space, env.action_space
 
 
-def build_config(cfg: OfflineConfig, budget: float) -> Any:
-    """The RLlib ``AlgorithmConfig`` of ``cfg.train.algo`` on the dataset."""
+def build_config(cfg: OfflineConfig, budget: float, interface: str = "flat") -> Any:
+    """The RLlib ``AlgorithmConfig`` of ``cfg.train.algo`` on a dataset recorded on
+    ``interface`` (branching: the cql_lag module per branch; BC/MARWIL's masked PPO
+    module is flat only, a ValueError)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from cloudrl.algorithms.cql_lag.offline_data import LocalEpisodeData
 
     t = cfg.train
-    obs_space, act_space = _spaces(cfg)
+    if interface != "flat" and t.algo != "cql_lag":
+        raise ValueError(f"train.algo {t.algo!r} needs a flat dataset (RLlib's {t.algo} "
+                         f"trains the flat masked PPO module); this one is {interface}: use "
+                         "cql_lag (support_threshold 1 acts as the cloned behaviour)")
+    obs_space, act_space = _spaces(cfg, interface)
     model = {"encoder": {"hidden": t.hidden}, "head_hiddens": [t.hidden]}
     if t.algo == "cql_lag":
         from cloudrl.algorithms.cql_lag import CQLLagConfig
@@ -66,7 +74,13 @@ def build_config(cfg: OfflineConfig, budget: float) -> Any:
             support_threshold=t.support_threshold, support_data=t.support_data,
             bc_weight=t.bc_weight,
             cost_upper_alpha=t.cost_upper_alpha)
-        config.rl_module(model_config=model)
+        if interface == "flat":
+            config.rl_module(model_config=model)
+        else:
+            from models.cql_lag_branching import CQLLagBranchingTorchRLModule
+
+            config.rl_module(rl_module_spec=RLModuleSpec(
+                module_class=CQLLagBranchingTorchRLModule, model_config=model))
     else:
         from ray.rllib.algorithms.bc import BCConfig
         from ray.rllib.algorithms.marwil import MARWILConfig
@@ -100,7 +114,8 @@ def write_meta(path: Path, cfg: OfflineConfig, budget: float, summary: dict,
     from cloudrl.checkpoint_policy import META_FILE
 
     algo = "cql_lag" if cfg.train.algo == "cql_lag" else "ppo"
-    meta = {"algo": algo, "trained_by": cfg.train.algo, "interface": "flat",
+    meta = {"algo": algo, "trained_by": cfg.train.algo,
+            "interface": summary.get("interface", "flat"),
             "env": cfg.env.model_dump(mode="json"), "hidden": cfg.train.hidden,
             "budget": budget, "dataset": str(Path(cfg.train.data).resolve()),
             "dataset_behaviours": summary["behaviours"], "iterations": cfg.train.iterations,
@@ -123,7 +138,7 @@ def train(cfg: OfflineConfig, on_iteration: Callable[[int, dict], None] | None =
     summary = summarize(episodes)
     del episodes
     budget = (cfg.train.budget or dataset_budget(summary)) * cfg.train.budget_fraction
-    algo = build_config(cfg, budget).build_algo()
+    algo = build_config(cfg, budget, summary.get("interface", "flat")).build_algo()
     metrics: dict[str, float] = {}
     try:
         for it in range(1, cfg.train.iterations + 1):

@@ -22,6 +22,13 @@ heads Q_r', Q_c' and the multiplier λ:
   take (an upper bound on their cost, as CPQ's penalty of out-of-data actions);
 * cost estimate: (1-γ)·mean over the batch of Q_c(s, π(s)) - a per-step cost rate of the
   current policy on the data's states, in the units of the per-step threshold.
+
+Branching (Tavakoli et al.'s BDQ, actions (B, D) over D branches, heads (B, D, A) with
+padding infeasible): every per-action term above is taken per branch (its own valid
+actions, support and argmax) and averaged over the branches; the joint Q of an action
+is the mean over branches of its sub-actions' Q (BDQ's mean operator), so both TD
+targets and the cost estimate use that mean, and every branch regresses to the same
+target. With D = 1 this is the flat form exactly.
 """
 
 from __future__ import annotations
@@ -37,8 +44,14 @@ NEG_INF = float("-inf")
 
 
 def gather(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Q(s, a) (B,) of (B, A) values at integer actions (B,)."""
-    return q.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+    """Q(s, a) (B,) of (B, A) values at integer actions (B,); branching: (B, D) of
+    (B, D, A) at (B, D)."""
+    return q.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
+def joint(per_action: torch.Tensor, branching: bool) -> torch.Tensor:
+    """The joint action's value (B,): the mean over branches (BDQ), or as is (flat)."""
+    return per_action.mean(dim=-1) if branching else per_action
 
 
 def cql_penalty(q: torch.Tensor, actions: torch.Tensor, feasible: torch.Tensor) -> torch.Tensor:
@@ -103,16 +116,23 @@ def constrained_q_losses(*, qr: torch.Tensor, qc: torch.Tensor, qr_next: torch.T
     """The loss of one batch (see the module docstring); λ, the targets and the support
     carry no gradient; ``bc_logits`` (B, A) add ``bc_weight`` x the BC cross-entropy,
     averaged over the samples ``bc_mask`` (B,) marks (default all; e.g. the steps of
-    episodes within the budget: the safe behaviour's support)."""
+    episodes within the budget: the safe behaviour's support). Branching when
+    ``actions`` is (B, D) and the heads (B, D, A)."""
+    branching = actions.dim() == 2
     allowed = supported_actions(bc_logits, feasible, support_threshold)
     next_allowed = supported_actions(next_bc_logits, next_feasible, support_threshold)
     with torch.no_grad():
         a_next = greedy_actions(qr_next, qc_next, lagrange, next_allowed)
         live = 1.0 - terminateds.float()
-        y_r = reward_scale * rewards.float() + gamma * live * gather(qr_target_next, a_next)
-        y_c = cost_scale * costs.float() + gamma * live * gather(qc_target_next, a_next)
+        y_r = reward_scale * rewards.float() + \
+            gamma * live * joint(gather(qr_target_next, a_next), branching)
+        y_c = cost_scale * costs.float() + \
+            gamma * live * joint(gather(qc_target_next, a_next), branching)
         a_pi = greedy_actions(qr, qc, lagrange, allowed)
-        cost_estimate = (1.0 - gamma) * gather(qc, a_pi).mean()
+        cost_estimate = (1.0 - gamma) * joint(gather(qc, a_pi), branching).mean()
+        if branching:  # every branch regresses to the joint target
+            y_r, y_c = y_r.unsqueeze(-1).expand(-1, actions.shape[1]), \
+                y_c.unsqueeze(-1).expand(-1, actions.shape[1])
     q_r, q_c = gather(qr, actions), gather(qc, actions)
     td_r = F.smooth_l1_loss(q_r, y_r)
     td_c = F.smooth_l1_loss(q_c, y_c)
@@ -126,7 +146,7 @@ def constrained_q_losses(*, qr: torch.Tensor, qc: torch.Tensor, qr_next: torch.T
         total = total + cost_upper_alpha * cost_up
     bc = torch.zeros(())
     if bc_logits is not None:
-        ce = bc_loss(bc_logits, actions, feasible)
+        ce = joint(bc_loss(bc_logits, actions, feasible), branching)
         if bc_mask is None:
             bc = ce.mean()
         else:
