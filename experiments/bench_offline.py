@@ -121,6 +121,7 @@ from cloudrl.offline.evaluation import evaluate, format_rows
 from cloudrl.offline.train import dataset_budget, train
 
 HEURISTICS = ["power_aware", "sjf", "ffd", "round_robin"]
+TOP = 0.25  # support_top of the %BC arms
 BEST = "power_aware"  # the best behaviour on every dataset this script records (checked)
 
 # arm -> (dataset, budget fraction, train overrides); every arm is retrained each run
@@ -136,7 +137,27 @@ ARMS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "marwil": ("data", 1.0, {"algo": "marwil"}),
     "bc_safe": ("safe", 1.0, {"algo": "bc"}),  # OSRL's BC-Safe: BC on episodes <= B
     "bc_safe_half": ("safe_half", 0.5, {"algo": "bc"}),
+    # the behaviour head on the top quarter of the safe episodes by return (%BC as BCQ's
+    # generative model), with the Q heads choosing among its supported actions ...
+    "cql_lag_top": ("data", 1.0, {"support_top": TOP}),
+    "cql_lag_top_half": ("data", 0.5, {"support_top": TOP}),
+    # ... and alone (τ = 1: %BC of Chen et al. 2021 on the safe episodes)
+    "pct_bc": ("data", 1.0, {"support_top": TOP, "support_threshold": 1.0}),
 }
+
+
+# On the branching interface RLlib's BC / MARWIL (flat masked PPO module) do not apply:
+# the cloners there are the cql_lag module's own behaviour head acting alone (τ = 1: only
+# each branch's most likely sub-action), trained on the same data; MARWIL is left out.
+BRANCHING_CLONE = {"algo": "cql_lag", "support_threshold": 1.0, "support_data": "all"}
+
+
+def arm_overrides(arm: str, interface: str) -> dict[str, Any] | None:
+    """The arm's train overrides on ``interface`` (None: the arm does not apply)."""
+    over = ARMS[arm][2]
+    if interface == "flat" or over.get("algo") not in ("bc", "marwil"):
+        return over
+    return None if arm == "marwil" else BRANCHING_CLONE
 
 
 def datasets(root: Path, budget: float) -> dict[str, Path | None]:
@@ -162,13 +183,14 @@ def datasets(root: Path, budget: float) -> dict[str, Path | None]:
 
 def run_workload(args: argparse.Namespace, workload: str) -> dict[str, Any]:
     t0 = time.time()
-    tag = f"{workload}_n{args.n_servers}"
+    tag = f"{workload}_n{args.n_servers}" + ("" if args.interface == "flat" else
+                                             f"_{args.interface}")
     root = Path(args.out) / tag
     env = {"n_servers": args.n_servers, "workload": {"kind": workload},
            "sim": {"episode_length": args.episode_length}}
     if not (root / "data").exists():
         record_dataset(root / "data", HEURISTICS, env_config=env, episodes=args.episodes,
-                       epsilons=args.epsilons)
+                       epsilons=args.epsilons, interface=args.interface)
     summary = summarize(read_dataset(root / "data"))
     print(format_summary(summary), flush=True)
     plain = [r for r in summary["behaviours"] if "+eps" not in r["policy"]]
@@ -179,11 +201,16 @@ def run_workload(args: argparse.Namespace, workload: str) -> dict[str, Any]:
     base = {"iterations": args.iterations, "hidden": args.hidden, "budget": budget,
             "train_batch_size": args.batch, "num_epochs": args.epochs, "gamma": args.gamma,
             "tau": args.tau, "lagrange_warmup": args.warmup, "lr": args.lr}
-    report: dict[str, Any] = {"workload": workload, "dataset": summary, "budget": budget,
+    report: dict[str, Any] = {"workload": workload, "interface": args.interface,
+                              "dataset": summary, "budget": budget,
                               "best_behaviour": best, "arms": {}, "tables": {}}
     specs: dict[str, str] = {}
     for arm in args.arms:
-        source, fraction, over = ARMS[arm]
+        source, fraction, _ = ARMS[arm]
+        over = arm_overrides(arm, args.interface)
+        if over is None:
+            print(f"{arm}: skipped (not on the {args.interface} interface)", flush=True)
+            continue
         if data.get(source) is None:
             print(f"{arm}: skipped (no {source} episodes)", flush=True)
             continue
@@ -200,7 +227,8 @@ def run_workload(args: argparse.Namespace, workload: str) -> dict[str, Any]:
     names = list(specs) + HEURISTICS
     t = time.time()
     rows = evaluate(list(specs.values()) + HEURISTICS, OfflineConfig.model_validate(
-        {"env": env}).env, budget, args.n_seeds, names=names, keep_costs=True)
+        {"env": env}).env, budget, args.n_seeds, names=names, keep_costs=True,
+        interface=args.interface)
     report["eval_seconds"] = round(time.time() - t)
     for fraction in (1.0, 0.5):
         b = budget * fraction
@@ -245,11 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tau", type=float, default=0.1, help="Polyak rate of the target nets")
     p.add_argument("--warmup", type=int, default=150, help="updates with λ frozen")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--interface", choices=("flat", "branching"), default="flat",
+                   help="branching: the per-branch agent; BC rows are its behaviour head "
+                   "alone (τ = 1), no MARWIL")
     p.add_argument("--out", default="results/bench_offline")
     args = p.parse_args(argv)
     for workload in args.workloads:
         report = run_workload(args, workload)
-        out = Path(f"results/bench_offline_{workload}_n{args.n_servers}.json")
+        suffix = "" if args.interface == "flat" else f"_{args.interface}"
+        out = Path(f"results/bench_offline_{workload}_n{args.n_servers}{suffix}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1, default=str))
         print(f"wrote {out} in {report['seconds']} s", flush=True)

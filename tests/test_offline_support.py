@@ -166,3 +166,39 @@ def test_the_behaviour_head_learns_from_the_safe_episodes_only():
     # the masked BC term averages over the safe samples only
     b = _bc_batch(bc_mask=torch.tensor([True, False]))
     assert constrained_q_losses(**b).bc.item() == pytest.approx(-LN(0.8))
+
+
+def test_support_top_keeps_the_highest_return_share_of_the_safe_episodes():
+    from types import SimpleNamespace
+
+    from cloudrl.algorithms.cql_lag.cql_lag_learner import safe_steps
+    from cloudrl.algorithms.cql_lag.offline_data import support_episodes
+
+    class _Ep:
+        def __init__(self, ret: float, cost: float) -> None:
+            self.ret, self.cost = ret, cost
+
+        def get_return(self) -> float:
+            return self.ret
+
+        def __len__(self) -> int:
+            return 1
+
+        def get_infos(self, t: int) -> dict:
+            return {"cost": self.cost}
+
+    # returns / costs: the best return (10) is over the budget of 1
+    eps = [_Ep(10, 5), _Ep(8, 0), _Ep(6, 1), _Ep(4, 0), _Ep(2, 0)]
+    assert support_episodes(eps, 1.0, True, 1.0) == [False, True, True, True, True]
+    assert support_episodes(eps, 1.0, True, 0.5) == [False, True, True, False, False]
+    assert support_episodes(eps, 1.0, True, 0.01) == [False, True, False, False, False]
+    assert support_episodes(eps, 1.0, False, 0.4) == [True, True, False, False, False]
+    # nothing within the budget: the top share of all of them
+    assert support_episodes(eps, -1.0, True, 0.2) == [True, False, False, False, False]
+    # the learner's BC mask follows the loader's marks when support_top < 1
+    batch = {"episode_costs": torch.tensor([0.0, 0.0]),
+             "support_episodes": torch.tensor([1.0, 0.0])}
+    cfg = SimpleNamespace(support_data="safe", cost_budget=2.0, support_top=0.5)
+    assert safe_steps(batch, cfg).tolist() == [True, False]
+    cfg.support_top = 1.0
+    assert safe_steps(batch, cfg).tolist() == [True, True]

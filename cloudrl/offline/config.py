@@ -67,6 +67,9 @@ class TrainSection(_Strict):
     support_data: Literal["safe", "all"] = Field(
         "safe", description="the behaviour head learns from: episodes within the budget "
         "(safe) or all")
+    support_top: float = Field(1.0, gt=0, le=1, description="the behaviour head learns "
+                               "from this share of those episodes, highest return first "
+                               "(%BC); 1: all")
     bc_weight: float = Field(1.0, ge=0, description="the behaviour head's cross-entropy")
     cost_upper_alpha: float = Field(0.0, ge=0, description="raises Q_c off the data "
                                     "(pessimism on cost in the right direction)")

@@ -72,6 +72,7 @@ def build_config(cfg: OfflineConfig, budget: float, interface: str = "flat") -> 
             lagrange_max=t.lagrange_max, lagrange_warmup=t.lagrange_warmup, tau=t.tau,
             target_network_update_freq=t.target_network_update_freq,
             support_threshold=t.support_threshold, support_data=t.support_data,
+            support_top=t.support_top,
             bc_weight=t.bc_weight,
             cost_upper_alpha=t.cost_upper_alpha)
         if interface == "flat":

@@ -1,5 +1,6 @@
 """Learner connector piece: the per-step ``cost`` of each step's infos as a batch column,
-and the whole episode's cost (``episode_cost``, when the data loader put it there)."""
+the whole episode's cost (``episode_cost``, when the data loader put it there) and
+whether the episode feeds the behaviour head (``support_episode``, 1 when absent)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from cloudrl.offline.dataset import COST_KEY
 
 COSTS = "costs"  # the train batch column
 EPISODE_COSTS = "episode_costs"  # the cost of the episode the step belongs to (0: unknown)
+SUPPORT_EPISODES = "support_episodes"  # 1: the step's episode feeds the behaviour head
 
 
 class AddCostsFromInfos(ConnectorV2):
@@ -34,4 +36,8 @@ class AddCostsFromInfos(ConnectorV2):
                                    single_agent_episode=ep)
             self.add_n_batch_items(batch, EPISODE_COSTS, items_to_add=totals, num_items=n,
                                    single_agent_episode=ep)
+            support = np.asarray([float(i.get("support_episode", 1.0)) for i in infos],
+                                 dtype=np.float32)
+            self.add_n_batch_items(batch, SUPPORT_EPISODES, items_to_add=support,
+                                   num_items=n, single_agent_episode=ep)
         return batch

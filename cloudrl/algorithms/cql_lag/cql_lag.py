@@ -55,7 +55,8 @@ TRAINING_KEYS = ("cql_alpha", "cql_cost_alpha", "cost_budget", "episode_length",
                  "reward_scale", "cost_scale", "lagrange_mode", "lagrange_init",
                  "lagrange_lr", "lagrange_min", "lagrange_max", "pid_kp", "pid_ki",
                  "pid_kd", "lagrange_warmup", "tau", "target_network_update_freq",
-                 "support_threshold", "support_data", "bc_weight", "cost_upper_alpha")
+                 "support_threshold", "support_data", "support_top", "bc_weight",
+                 "cost_upper_alpha")
 
 
 class CQLLagConfig(AlgorithmConfig):
@@ -73,7 +74,9 @@ class CQLLagConfig(AlgorithmConfig):
     ``support_threshold`` (BCQ's τ: only actions with behaviour-cloned probability >=
     τ·max; 0.3; 0 = every valid action), ``support_data`` ("safe": the behaviour head
     learns from the episodes within ``cost_budget`` only, OSRL's BC-Safe as BCQ's
-    generative model; "all": every episode), ``bc_weight`` (the behaviour head's
+    generative model; "all": every episode), ``support_top`` (of those episodes, the
+    share with the highest return the behaviour head learns from - the %BC of Chen et
+    al. 2021 as BCQ's generative model; 1.0 = all of them), ``bc_weight`` (the behaviour head's
     cross-entropy, 1.0) and ``cost_upper_alpha`` (the upward cost penalty on
     out-of-data actions, 0 = off). ``lagrange_mode`` "plain" is the source's unnormalised
     dual ascent (the saturation ablation).
@@ -104,6 +107,7 @@ class CQLLagConfig(AlgorithmConfig):
         self.target_network_update_freq = 1
         self.support_threshold = 0.3
         self.support_data = "safe"
+        self.support_top = 1.0
         self.bc_weight = 1.0
         self.cost_upper_alpha = 0.0
         # offline data: whole episodes, one local learner, the pre-learner in the driver
@@ -170,6 +174,8 @@ class CQLLagConfig(AlgorithmConfig):
         if self.support_data not in ("safe", "all"):
             self._value_error(f"support_data must be 'safe' or 'all', got "
                               f"{self.support_data!r}")
+        if not 0 < self.support_top <= 1:
+            self._value_error(f"support_top must be in (0, 1], got {self.support_top}")
         if not 0 < self.tau <= 1:
             self._value_error(f"tau must be in (0, 1], got {self.tau}")
         self.lagrange_controller()  # raises on a bad mode or bounds

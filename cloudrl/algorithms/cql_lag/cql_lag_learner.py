@@ -24,7 +24,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import QNetAPI, TargetNetworkAPI
 
-from cloudrl.algorithms.cql_lag.connectors import COSTS, EPISODE_COSTS
+from cloudrl.algorithms.cql_lag.connectors import COSTS, EPISODE_COSTS, SUPPORT_EPISODES
 from cloudrl.algorithms.cql_lag.lagrange import LagrangeController
 from cloudrl.algorithms.cql_lag.losses import constrained_q_losses
 from models import cql_lag as M
@@ -43,7 +43,12 @@ def update_targets(pairs: Any, updates: int, freq: int, tau: float) -> bool:
 def safe_steps(batch: dict[str, Any], config: Any) -> Any:
     """The BC head's samples: steps of episodes whose cost is within the budget when
     ``support_data`` is "safe" (and the batch has episode costs), else None (all); a
-    batch without any such step falls back to all (no safe episode in the data)."""
+    batch without any such step falls back to all (no safe episode in the data). With
+    ``support_top`` < 1, the steps of the episodes the data loader marked (the top share
+    by return of those episodes, ``LocalEpisodeData``)."""
+    if getattr(config, "support_top", 1.0) < 1 and SUPPORT_EPISODES in batch:
+        mask = batch[SUPPORT_EPISODES] > 0.5
+        return mask if bool(mask.any()) else None
     if config.support_data != "safe" or EPISODE_COSTS not in batch:
         return None
     mask = batch[EPISODE_COSTS] <= float(config.cost_budget) + 1e-6

@@ -27,5 +27,6 @@ class CQLLagHparams(Hparams):
     target_network_update_freq: int = Field(1, ge=1)
     support_threshold: float = Field(0.3, ge=0, le=1)
     support_data: Literal["safe", "all"] = "safe"
+    support_top: float = Field(1.0, gt=0, le=1)
     bc_weight: float = Field(1.0, ge=0)
     cost_upper_alpha: float = Field(0.0, ge=0)

@@ -11,7 +11,9 @@ pre-learner in the driver: the files are read once with pyarrow, every episode g
 into the pre-learner's buffer on the first ``sample``, and each ``sample`` draws
 ``train_batch_size_per_learner`` fresh transitions from all of them. Every step's infos
 also get the total cost of its episode (``episode_cost``), so the learner can tell the
-transitions of episodes within the budget (the behaviour head's "safe" support).
+transitions of episodes within the budget (the behaviour head's "safe" support), and
+whether the episode feeds the behaviour head (``support_episode``: with ``support_top``
+< 1, only the highest-return share of the support episodes, :func:`support_episodes`).
 
 Use it with ``offline_data(offline_data_class=LocalEpisodeData)`` (``CQLLagConfig``'s
 default) and a local learner (``num_learners=0``).
@@ -31,14 +33,36 @@ from cloudrl.alignment.recording import ITEM_COLUMN, pack_episode
 from cloudrl.offline.dataset import DatasetError, episode_cost, read_dataset
 
 EPISODE_COST_KEY = "episode_cost"  # the whole episode's cost, in every step's infos
+SUPPORT_KEY = "support_episode"  # 1.0: the episode feeds the behaviour head
 
 
-def with_episode_cost(ep: Any) -> Any:
-    """``ep`` with ``infos[t]["episode_cost"]`` = the sum of its per-step costs, every t."""
+def with_episode_cost(ep: Any, support: bool = True) -> Any:
+    """``ep`` with ``infos[t]["episode_cost"]`` = the sum of its per-step costs and
+    ``infos[t]["support_episode"]`` = ``support``, every t."""
     total = episode_cost(ep)
     for t in range(len(ep) + 1):
-        ep.get_infos(t)[EPISODE_COST_KEY] = total
+        info = ep.get_infos(t)
+        info[EPISODE_COST_KEY] = total
+        info[SUPPORT_KEY] = float(support)
     return ep
+
+
+def support_episodes(episodes: list[Any], budget: float | None, safe_only: bool,
+                     top: float) -> list[bool]:
+    """Which episodes feed the behaviour head: those within ``budget`` (``safe_only``;
+    all when none is), of them the ``top`` share with the highest return (at least one;
+    ties at the cut-off kept)."""
+    costs = [episode_cost(ep) for ep in episodes]
+    pool = [i for i, c in enumerate(costs)
+            if not safe_only or budget is None or c <= budget + 1e-6]
+    pool = pool or list(range(len(episodes)))
+    if top >= 1:
+        chosen = set(pool)
+    else:
+        returns = sorted((float(episodes[i].get_return()) for i in pool), reverse=True)
+        cut = returns[max(1, int(round(top * len(pool)))) - 1]
+        chosen = {i for i in pool if float(episodes[i].get_return()) >= cut}
+    return [i in chosen for i in range(len(episodes))]
 
 
 class LocalEpisodeData(OfflineData):
@@ -58,13 +82,17 @@ class LocalEpisodeData(OfflineData):
         self.batch_iterators = None
         self.data_is_mapped = False
         self.items: list[bytes] = []
-        self.steps = 0
-        for path in self.path:
-            for ep in read_dataset(path):  # validates every file (DatasetError names it)
-                self.steps += len(ep)
-                self.items.append(pack_episode(with_episode_cost(ep)))
-        if not self.items:
+        episodes = [ep for path in self.path  # validates every file (DatasetError names it)
+                    for ep in read_dataset(path)]
+        if not episodes:
             raise DatasetError(f"{self.path}: no episodes")
+        budget = getattr(config, "cost_budget", None)
+        marks = support_episodes(episodes, budget, getattr(config, "support_data", "all")
+                                 == "safe", float(getattr(config, "support_top", 1.0)))
+        self.support_count = sum(marks)
+        self.steps = sum(len(ep) for ep in episodes)
+        for ep, mark in zip(episodes, marks, strict=True):
+            self.items.append(pack_episode(with_episode_cost(ep, mark)))
         self._prelearner: OfflinePreLearner | None = None
 
     def _build_prelearner(self) -> OfflinePreLearner:
