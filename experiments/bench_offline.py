@@ -98,6 +98,25 @@ servers half as often (energy 9.6 vs 7.9 kWh) - RLlib's BC-Safe on the same modu
 is worse still (-867). The limit is the fit of the policy class (hidden 32, 640
 updates), not λ: the next step is a larger encoder and many more updates (CPU-bound
 here: ~0.06 s per update at load 0, 0.35 s at load 10).
+
+Branching interface (``--interface branching``; 2026-11-24, N=15, 200 ticks, 20 test
+seeds, both workloads in parallel; the BC rows are the cql_lag module's behaviour head
+alone, τ = 1, MARWIL left out). No behaviour in either dataset has a violation: B = 0.5.
+Reward / violations / share within B / energy kWh:
+
+    arm (updates)                    poisson                        google_v2_like
+    cql_lag (640, hidden 32)         -586 ± 14  0.05  95%  9.72     -510 ± 27  0.00 100%  8.50
+    bc (640)                         -586 ± 15  0.05  95%  9.71     -511 ± 28  0.00 100%  8.52
+    abl_cost_cql (640)               -572 ± 13  0.00 100%  9.51     -521 ± 38  0.25  80%  8.34
+    abl_plain_dual (640)             -584 ± 12  0.00 100%  9.74     -516 ± 31  0.10  90%  8.51
+    cql_lag_top (3,200, hidden 64)   -496 ± 26  0.00 100%  8.19     -412 ± 46  0.15  90%  6.60
+    pct_bc (3,200, hidden 64)        -485 ± 25  0.00 100%  7.97     -406 ± 70  0.50  80%  6.18
+    power_aware                      -485 ± 27  0.10  90%  7.81     -355 ± 43  0.00 100%  5.89
+
+(the 3,200-update rows: ``--iterations 200 --hidden 64 --arms pct_bc cql_lag_top``.) At 640
+updates no learned row sleeps a server (the energy of sjf / ffd); with 5x the updates and
+the behaviour head on the best quarter of the safe episodes they do, and %BC matches
+power_aware on poisson. Goal still not met: no row above power_aware's reward.
 """
 
 from __future__ import annotations
