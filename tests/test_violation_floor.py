@@ -15,6 +15,7 @@ from envs.env_config import EnvConfig
 from envs.sim import ClusterSim
 from envs.sim_config import FleetConfig, SimConfig, TierConfig
 from envs.workloads.base import JobTable
+from tests.support import FixedWorkload
 
 
 def test_hand_cases():
@@ -41,33 +42,16 @@ def test_floor_is_monotone_in_the_queue(arrivals, q):
     assert burst_floor(np.append(a, 7), 30, q) >= burst_floor(a, 30, q)
 
 
-class _Burst:
-    """Six short jobs arriving at tick 0 with a long deadline allowance."""
-
-    name = "burst"
-
-    def generate(self, horizon, rng, fleet):
-        n = 6
-        return JobTable(np.zeros(n, np.int64), np.full(n, 0.1), np.full(n, 0.1),
-                        np.ones(n, np.int64), np.full(n, 50, np.int64))
-
-    def stationary_sample(self, n, rng, fleet):
-        return JobTable.empty()
-
-    def offered_rate(self, fleet):
-        return 0.0
-
-    def mean_duration(self, fleet):
-        return 1.0
-
-
 def test_a_policy_reaches_the_floor_on_a_burst():
     """Six jobs at tick 0, queue of 2: the floor is 6 - 2 = 4, and placing one job a
     tick loses exactly those four (dropped on arrival)."""
     tier = TierConfig(name="only", cpu_cores=64, mem_gib=256, p_idle_w=100, p_max_w=200)
     cfg = SimConfig(fleet=FleetConfig(n_servers=1, tiers=[tier]), episode_length=10,
                     queue_capacity=2, queue_window=2, warm_start=False)
-    sim = ClusterSim(cfg, _Burst())
+    n = 6  # six short jobs at tick 0, deadline allowance 50
+    burst = JobTable(np.zeros(n, np.int64), np.full(n, 0.1), np.full(n, 0.1),
+                     np.ones(n, np.int64), np.full(n, 50, np.int64))
+    sim = ClusterSim(cfg, FixedWorkload(burst))
     floor = episode_floor(sim, 0)
     sim.reset(0)
     while not sim.done:
