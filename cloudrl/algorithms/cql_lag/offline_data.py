@@ -89,7 +89,6 @@ class LocalEpisodeData(OfflineData):
         budget = getattr(config, "cost_budget", None)
         marks = support_episodes(episodes, budget, getattr(config, "support_data", "all")
                                  == "safe", float(getattr(config, "support_top", 1.0)))
-        self.support_count = sum(marks)
         self.steps = sum(len(ep) for ep in episodes)
         for ep, mark in zip(episodes, marks, strict=True):
             self.items.append(pack_episode(with_episode_cost(ep, mark)))
