@@ -117,6 +117,21 @@ Reward / violations / share within B / energy kWh:
 updates no learned row sleeps a server (the energy of sjf / ffd); with 5x the updates and
 the behaviour head on the best quarter of the safe episodes they do, and %BC matches
 power_aware on poisson. Goal still not met: no row above power_aware's reward.
+
+Branching at the goal's size (N=50, 1,000 ticks, 50 test seeds, hidden 64; B = 0.5, no
+violation in either dataset), reward / violations / within B / kWh:
+
+    arm (updates)             poisson                         google_v2_like
+    cql_lag_top (3,200)       -2911 ± 18  0.00 100% 159.9     -2116 ± 121 2.52  44% 107.7
+    pct_bc (3,200)            -2776 ± 55  0.08  92% 151.7     -2028 ± 134 2.66  46% 102.3
+    bc (3,200)                -2958 ± 18  0.00 100% 162.5     -2660 ±  58 0.00 100% 146.1
+    abl_cost_cql (3,200)      -2954 ± 18  0.00 100% 162.3     -2602 ±  79 0.06  96% 142.2
+    cql_lag_top (9,600)       -2577 ± 72  0.10  92% 139.6     -1870 ±  76 0.78  72%  99.8
+    pct_bc (9,600)            -2416 ± 78  0.08  92% 130.3     -1871 ±  88 0.44  80% 100.9
+    power_aware               -2266 ± 42  0.12  90% 121.0     -1759 ±  72 0.00 100%  96.2
+
+(cql_lag_top_half at 3,200: -2800 ± 60, within B/2 on 98% of poisson seeds, 44% on
+google_v2_like.) More updates close the gap to power_aware from below; none passes it.
 """
 
 from __future__ import annotations
