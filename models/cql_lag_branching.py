@@ -22,9 +22,12 @@ from models.cql_lag import CQLLagTorchRLModule
 class CQLLagBranchingTorchRLModule(CQLLagTorchRLModule):
     """Two-head constrained Q-network per branch, with the behaviour head."""
 
-    def output_size(self) -> int:
+    def setup(self) -> None:
         self.branch_sizes = branch_sizes_of(self.action_space)
         self.max_n = max(self.branch_sizes)
+        super().setup()
+
+    def output_size(self) -> int:
         return len(self.branch_sizes) * self.max_n
 
     def shaped(self, out: torch.Tensor) -> torch.Tensor:

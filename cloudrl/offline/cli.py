@@ -116,7 +116,7 @@ def _read(path: str):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from cloudrl.offline.train import train
+    from cloudrl.offline.train import check_algo_interface, train
 
     sec = _section(args, ("algo", "data", "budget", "budget_fraction", "iterations", "out",
                           "cql_cost_alpha"))
@@ -124,9 +124,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     episodes = _read(cfg.train.data)  # a malformed file: one line naming it, first
     interface = episodes[0].custom_data.get("interface", "flat") if episodes else "flat"
     del episodes
-    if interface != "flat" and cfg.train.algo != "cql_lag":
-        raise ConfigError(f"train.algo: {cfg.train.algo} trains the flat masked PPO module; "
-                          f"the dataset {cfg.train.data} is {interface}: use cql_lag")
+    try:
+        check_algo_interface(cfg.train.algo, interface)
+    except ValueError as e:
+        raise ConfigError(f"{e} ({cfg.train.data})") from None
     tracker = _Tracker(cfg, f"offline-train-{cfg.train.algo}",
                        {"train": cfg.train.model_dump(mode="json"),
                         "env": cfg.env.model_dump(mode="json")})

@@ -39,6 +39,15 @@ def dataset_budget(summary: dict[str, Any]) -> float:
     return max(0.5, float(best["mean_cost"]))
 
 
+def check_algo_interface(algo: str, interface: str) -> None:
+    """ValueError unless ``algo`` trains on datasets of ``interface`` (RLlib's BC and
+    MARWIL train the flat masked PPO module)."""
+    if interface != "flat" and algo != "cql_lag":
+        raise ValueError(f"train.algo {algo!r} needs a flat dataset (RLlib's {algo} trains "
+                         f"the flat masked PPO module); this one is {interface}: use cql_lag "
+                         "(support_threshold 1 acts as the cloned behaviour)")
+
+
 def _spaces(cfg: OfflineConfig, interface: str):
     from cloudrl.alignment.recording import make_env
 
@@ -55,10 +64,7 @@ def build_config(cfg: OfflineConfig, budget: float, interface: str = "flat") -> 
     from cloudrl.algorithms.cql_lag.offline_data import LocalEpisodeData
 
     t = cfg.train
-    if interface != "flat" and t.algo != "cql_lag":
-        raise ValueError(f"train.algo {t.algo!r} needs a flat dataset (RLlib's {t.algo} "
-                         f"trains the flat masked PPO module); this one is {interface}: use "
-                         "cql_lag (support_threshold 1 acts as the cloned behaviour)")
+    check_algo_interface(t.algo, interface)
     obs_space, act_space = _spaces(cfg, interface)
     model = {"encoder": {"hidden": t.hidden}, "head_hiddens": [t.hidden]}
     if t.algo == "cql_lag":
