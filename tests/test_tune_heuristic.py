@@ -102,7 +102,7 @@ def test_tune_heuristic_sweeps_on_train_seeds_and_logs_to_mlflow(ray_session, tm
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = TuneHeuristicConfig(env=EnvConfig.model_validate(SMALL_ENV), num_samples=3,
-                              n_seeds=2, tracking_uri=uri,
+                              n_seeds=2, confirm_seeds=2, tracking_uri=uri,
                               storage_path=str(tmp_path / "tune"))
     out = tmp_path / "tuned.json"
     tuned = tune_heuristic(cfg, out)
@@ -114,6 +114,12 @@ def test_tune_heuristic_sweeps_on_train_seeds_and_logs_to_mlflow(ray_session, tm
     rewards = [run_episode(PowerAwareConsolidation("branching", config=tuned.config()), env,
                            s).episode_reward for s in (0, 1)]  # the train seeds
     assert tuned.train["reward_mean"] == pytest.approx(sum(rewards) / 2)
+    # a point other than the defaults is kept only if it also wins on the validation seeds
+    if tuned.source == "search":
+        assert tuned.validation["reward_mean"] > tuned.default_validation["reward_mean"]
+    else:
+        assert tuned.config() == PowerAwareConfig()
+        assert tuned.train == tuned.default_train
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("cloudrl-tune-heuristic")
     runs = client.search_runs([exp.experiment_id])
@@ -125,7 +131,37 @@ def test_tune_heuristic_sweeps_on_train_seeds_and_logs_to_mlflow(ray_session, tm
     assert any(all(r.data.params[k] == str(v) for k, v in default_point("branching").items())
                for r in children)
     best = max(r.data.metrics["train/reward_mean"] for r in children)
-    assert best == pytest.approx(tuned.train["reward_mean"])
+    assert best >= tuned.train["reward_mean"]
+    if tuned.source == "search":
+        assert best == pytest.approx(tuned.train["reward_mean"])
+    assert parent[0].data.params["source"] == tuned.source
+
+
+def test_confirmation_keeps_the_defaults_unless_the_best_wins_on_validation_seeds():
+    from cloudrl.headline.tuning import confirm_on_validation
+    from cloudrl.protocol import validation_seeds
+
+    env_cfg = EnvConfig.model_validate(SMALL_ENV)
+    env = make_env(env_cfg, "branching")
+    # never sleeping a server: more energy, so it loses to the defaults on the held-out seeds
+    check = confirm_on_validation({"spare_floor": 100.0}, env_cfg, "branching", 3)
+    assert not check.keep_best
+    for params, scores in (({"spare_floor": 100.0}, check.best), ({}, check.default)):
+        policy = PowerAwareConsolidation("branching", config=PowerAwareConfig(**params))
+        rewards = [run_episode(policy, env, s).episode_reward for s in validation_seeds(3)]
+        assert scores["reward_mean"] == pytest.approx(sum(rewards) / 3)
+    assert check.best["energy_kwh_mean"] > check.default["energy_kwh_mean"]
+    # a tie is not a win: the defaults against themselves stay the defaults
+    assert not confirm_on_validation({}, env_cfg, "branching", 2).keep_best
+
+
+def test_old_tuned_files_without_the_confirmation_fields_still_load(tmp_path):
+    path = tmp_path / "old.json"
+    data = json.loads(TunedHeuristic(params=TUNED).model_dump_json())
+    for key in ("source", "validation", "default_validation"):
+        data.pop(key)
+    path.write_text(json.dumps(data))
+    assert load_tuned(path).source == "search"
 
 
 def test_tune_output_path_is_where_headline_reuse_looks():

@@ -24,7 +24,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if env:
         overrides["env"] = env
     for key in ("interface", "num_samples", "n_seeds", "tracking_uri", "experiment",
-                "max_concurrent_trials"):
+                "max_concurrent_trials", "confirm_seeds"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     cfg = load_config(TuneHeuristicConfig, args.config, overrides)
@@ -38,6 +38,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                   f"energy {m['energy_kwh_mean']:7.2f} kWh  "
                   f"SLA viol. {100 * m['sla_violation_rate_mean']:.3f}%  "
                   f"toggles {m['toggles_mean']:.1f}")
+    for label, m in (("default", tuned.default_validation), ("best", tuned.validation)):
+        if m:
+            print(f"  {label:8s} on {cfg.confirm_seeds} validation seeds: reward "
+                  f"{m['reward_mean']:10.1f}  energy {m['energy_kwh_mean']:7.2f} kWh")
+    if tuned.source == "default":
+        print("  kept the defaults: no trial beat them on the train seeds and then on the "
+              "validation seeds")
     print("  params: " + ", ".join(f"{k}={v}" for k, v in tuned.params.items()))
     print(f"wrote {out}\nevaluate it: cloudrl evaluate --workload {tuned.workload} "
           f"--n-servers {tuned.n_servers} --interface {tuned.interface} "
@@ -84,6 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--num-samples", type=int, help="Tune trials (default 40)")
     tune.add_argument("--n-seeds", type=int, help="train seeds per trial (default 50)")
     tune.add_argument("--max-concurrent-trials", type=int, help="default 2")
+    tune.add_argument("--confirm-seeds", type=int,
+                      help="validation seeds on which the best must beat the defaults, else "
+                           "they are kept (default 50; 0 = no check)")
     tune.add_argument("--experiment", help="MLflow experiment (default cloudrl-tune-heuristic)")
     tune.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI,"
                                              " else sqlite:///$PWD/mlflow.db)")

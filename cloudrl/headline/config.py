@@ -30,6 +30,8 @@ class TuneSection(_Strict):
     num_samples: int = Field(default=40, ge=1)
     n_seeds: int = Field(default=N_SEEDS, ge=1, le=N_SEEDS, description="train seeds per trial")
     max_concurrent_trials: int = Field(default=2, ge=1)
+    confirm_seeds: int = Field(default=N_SEEDS, ge=0, le=N_SEEDS, description=(
+        "validation seeds on which the sweep's best must beat the defaults (else they stay)"))
 
 
 class TrainSection(_Strict):
@@ -129,7 +131,7 @@ def tiny(cfg: HeadlineConfig) -> HeadlineConfig:
     data = cfg.model_dump()
     data.update(n_servers=5, episode_length=100, validation_seeds=2, test_seeds=2,
                 eval_workers=1, name=f"{cfg.name}-tiny")
-    data["tune"] = {**data["tune"], "num_samples": 2, "n_seeds": 2}
+    data["tune"] = {**data["tune"], "num_samples": 2, "n_seeds": 2, "confirm_seeds": 2}
     data["train"] = {**data["train"], "env_steps": 1500, "checkpoint_every": 1,
                      "num_env_runners": 0, "num_learners": 0, "num_gpus_per_learner": 0.0}
     return HeadlineConfig.model_validate(data)

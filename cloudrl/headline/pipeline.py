@@ -82,8 +82,12 @@ def _tuned(cfg: HeadlineConfig, env: EnvConfig, wl: str, run_dir: Path, reuse: b
         tuned = tune_heuristic(TuneHeuristicConfig(
             env=env, interface=cfg.interface, num_samples=cfg.tune.num_samples,
             n_seeds=cfg.tune.n_seeds, max_concurrent_trials=cfg.tune.max_concurrent_trials,
+            confirm_seeds=cfg.tune.confirm_seeds,
             experiment=cfg.experiment, tracking_uri=cfg.tracking_uri, parent_run_id=parent,
             storage_path=str(Path(cfg.out_dir) / "tune")), path)
+    if tuned.source == "default":
+        log(f"[{wl}] tuned heuristic = the defaults (no trial beat them on the train seeds "
+            "and then on the validation seeds)")
     shutil.copy(path, run_dir / TUNED_FILE)
     return tuned
 
