@@ -60,7 +60,9 @@ class TunedHeuristic(BaseModel):
     train: dict[str, float] = Field(default_factory=dict)
     default_train: dict[str, float] = Field(default_factory=dict)
     # "search": ``params`` is the sweep's best (confirmed on validation when checked);
-    # "default": the defaults, kept because no trial beat them (on train, then validation)
+    # "default": the defaults, kept because no trial beat them (on train, then validation);
+    # validation / default_validation: the sweep's best and the defaults on the
+    # confirmation seeds (empty when not checked), whichever was kept
     source: Literal["search", "default"] = "search"
     validation: dict[str, float] = Field(default_factory=dict)
     default_validation: dict[str, float] = Field(default_factory=dict)
