@@ -284,8 +284,8 @@ def tune_heuristic(cfg: TuneHeuristicConfig, out: str | Path | None = None) -> T
             raise RuntimeError(f"tune-heuristic: all {len(grid)} trials failed; first error: "
                                f"{next((r.error for r in grid if r.error), None)}")
         best = max(done, key=lambda r: r.metrics["reward_mean"])
-        is_default = [all(r.config.get(k) == v for k, v in default.items()) for r in done]
-        default_result = next((r for r, d in zip(done, is_default, strict=True) if d), None)
+        default_result = next((r for r in done if all(r.config.get(k) == v
+                                                      for k, v in default.items())), None)
         default_train = ({k: float(default_result.metrics[k]) for k in SCORE_KEYS}
                          if default_result is not None else {})
         params = {**asdict(PowerAwareConfig()), **best.config}
