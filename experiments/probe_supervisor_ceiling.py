@@ -1,0 +1,129 @@
+"""How much can any supervisor gain by switching among its sub-agents? (issue 15)
+
+What: the clairvoyant supervisor of ``cloudrl/algorithms/hierarchical/ceiling.py`` (at each
+decision, every ``--k`` ticks, each sub-agent is played on a copy of the env for the block
+and the base sub-agent, the first, to the episode end, all on the episode's real future;
+the real env takes the best) next to each sub-agent alone and the rule-based supervisor, on
+the same seeds. With the horizon to the end it is an exact one-step policy improvement over
+the base, never below it; a learned supervisor sees only the macro state, so this is a
+ceiling on its gain, not a policy. Paired per seed: ceiling minus each row, mean [95% t-CI].
+Sub-agents are specs (``power_aware:spare_floor=0,...``, ``sjf``) separated by ``;``.
+
+Run (N=50: ~25 s per ceiling episode on branching, ~15 s on flat; ``--workers`` processes)::
+
+    .venv/bin/python experiments/probe_supervisor_ceiling.py --workload poisson \
+        --interface branching --seeds 10 [--k 10] [--specialists "SPEC;SPEC;..."]
+
+Bad arguments exit with code 2 and one line naming the argument.
+
+Measured 2026-11-24 (N=50, k=10, train seeds 0..9, the table's command per row, 2 workers on
+the 2-core machine): see the README's issue-15 section ("A clairvoyant supervisor").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LEAN = "power_aware:spare_floor=0,lead_ticks=0,hysteresis=0.5"
+CAUTIOUS = "power_aware:spare_floor=8,lead_ticks=10,spare_frac=0.2"
+DEFAULT_SPECIALISTS = f"power_aware;{LEAN};{CAUTIOUS}"
+
+
+def _episodes(args: tuple[str, str, int, list[str], int, int]) -> dict[str, tuple]:
+    """(reward, kWh, violations) of every row on one seed, and the ceiling's choices."""
+    from cloudrl.algorithms.hierarchical.ceiling import run_ceiling_episode
+    from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
+    from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
+    from cloudrl.algorithms.hierarchical.supervisors import RuleSupervisor
+    from cloudrl.evaluate import make_env, run_episode
+    from envs.env_config import EnvConfig
+
+    workload, interface, n_servers, specs, k, seed = args
+    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
+                   interface)
+    out: dict[str, tuple] = {}
+    for spec in specs:
+        ep = run_episode(make_sub_agent(spec, interface), env, seed)
+        out[spec] = (ep.episode_reward, ep.energy_kwh, ep.sla_violation_rate * ep.jobs_ended)
+    # the rule's SLA specialist is the last spec, its power specialist the first
+    rule = HierarchicalPolicy(RuleSupervisor(power=0, sla=len(specs) - 1),
+                              [make_sub_agent(s, interface) for s in specs], k, interface)
+    ep = run_episode(rule, env, seed)
+    out["rule supervisor"] = (ep.episode_reward, ep.energy_kwh,
+                              ep.sla_violation_rate * ep.jobs_ended)
+    ceiling = run_ceiling_episode(env, [make_sub_agent(s, interface) for s in specs], seed, k)
+    out["ceiling"] = (ceiling.reward, ceiling.energy_kwh, float(ceiling.violations),
+                      ceiling.share(len(specs)))
+    return out
+
+
+def _ci(x: np.ndarray) -> str:
+    from scipy import stats
+
+    if len(x) < 2 or np.std(x) == 0:
+        return f"{x.mean():+.2f} [{x.mean():+.2f}, {x.mean():+.2f}]"
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return f"{x.mean():+.2f} [{x.mean() - half:+.2f}, {x.mean() + half:+.2f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="poisson", choices=("poisson", "google_v2_like"))
+    p.add_argument("--interface", default="branching", choices=("flat", "branching"))
+    p.add_argument("--n-servers", type=int, default=50)
+    p.add_argument("--seeds", type=int, default=10, help="train seeds 0..N-1")
+    p.add_argument("--k", type=int, default=10, help="ticks per supervisor decision")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--specialists", default=DEFAULT_SPECIALISTS,
+                   help="sub-agent specs separated by ';' (the first is the rollout's base "
+                        "and the rule's power specialist, the last its SLA specialist)")
+    args = p.parse_args(argv)
+    for name in ("n_servers", "seeds", "k", "workers"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    specs = [s.strip() for s in args.specialists.split(";") if s.strip()]
+    if len(specs) < 2:
+        p.error(f"--specialists: need at least 2 sub-agents, got {len(specs)}")
+    try:
+        from cloudrl.algorithms.hierarchical.sub_agents import check_spec
+
+        for spec in specs:
+            check_spec(spec)
+    except ValueError as exc:
+        p.error(f"--specialists: {exc}")
+
+    from cloudrl.protocol import seeds_for
+
+    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s)
+             for s in seeds_for("train", args.seeds)]
+    with ProcessPoolExecutor(args.workers) as pool:
+        runs = list(pool.map(_episodes, tasks))
+    rows = specs + ["rule supervisor", "ceiling"]
+    print(f"{args.workload}, N={args.n_servers}, {args.interface}, k={args.k}, train seeds "
+          f"0..{args.seeds - 1}; per episode mean, and ceiling minus row per seed "
+          "(mean [95% t-CI])")
+    print(f"{'row':58s} {'reward':>9s} {'kWh':>7s} {'viol.':>6s}  "
+          f"{'ceiling - row, reward':>26s}  {'kWh':>24s}")
+    ceiling = np.array([r["ceiling"][:3] for r in runs])
+    for row in rows:
+        vals = np.array([r[row][:3] for r in runs])
+        diff = ceiling - vals
+        print(f"{row:58s} {vals[:, 0].mean():9.1f} {vals[:, 1].mean():7.2f} "
+              f"{vals[:, 2].mean():6.2f}  {_ci(diff[:, 0]):>26s}  {_ci(diff[:, 1]):>24s}")
+    share = np.mean([r["ceiling"][3] for r in runs], axis=0)
+    print("ceiling's decisions per sub-agent: " +
+          ", ".join(f"{s}: {x:.1%}" for s, x in zip(specs, share, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
