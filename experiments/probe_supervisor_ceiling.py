@@ -62,8 +62,118 @@ def _episodes(args: tuple[str, str, int, list[str], int, int]) -> dict[str, tupl
                               ep.sla_violation_rate * ep.jobs_ended)
     ceiling = run_ceiling_episode(env, [make_sub_agent(s, interface) for s in specs], seed, k)
     out["ceiling"] = (ceiling.reward, ceiling.energy_kwh, float(ceiling.violations),
-                      ceiling.share(len(specs)))
+                      ceiling.share(len(specs)), np.stack(ceiling.macros),
+                      np.asarray(ceiling.scores))
     return out
+
+
+class StudentSupervisor:
+    """A softmax policy over the macro state (linear, or one tanh hidden layer of
+    ``hidden`` units), fitted to the clairvoyant supervisor's rollout scores by minimising
+    the expected regret ``sum_i p_i (max_j s_j - s_i)`` (cost-sensitive classification;
+    L2 on the weights); acts greedily. Weights are kept as numpy (cheap to ship to workers)."""
+
+    name = "student"
+
+    def __init__(self, macros: np.ndarray, scores: np.ndarray, hidden: int = 0,
+                 l2: float = 1e-3, steps: int = 2000, seed: int = 0) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        self.mean = macros.mean(axis=0)
+        self.std = macros.std(axis=0) + 1e-6
+        x = torch.tensor((macros - self.mean) / self.std, dtype=torch.float32)
+        regret = scores.max(axis=1, keepdims=True) - scores
+        r = torch.tensor(regret / max(regret.mean(), 1e-9), dtype=torch.float32)
+        n_in, n_out = x.shape[1], scores.shape[1]
+        layers = [torch.nn.Linear(n_in, n_out)] if hidden == 0 else \
+            [torch.nn.Linear(n_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, n_out)]
+        net = torch.nn.Sequential(*layers)
+        opt = torch.optim.Adam(net.parameters(), lr=0.02 if hidden == 0 else 0.005)
+        for _ in range(steps):
+            p = torch.softmax(net(x), dim=1)
+            l2_term = sum(m.weight.pow(2).sum() for m in net if isinstance(m, torch.nn.Linear))
+            loss = (p * r).sum(dim=1).mean() + l2 * l2_term
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        self.layers = [(m.weight.detach().numpy().T.astype(np.float64),
+                        m.bias.detach().numpy().astype(np.float64))
+                       for m in net if isinstance(m, torch.nn.Linear)]
+        self.train_regret = float((regret[np.arange(len(x)), self.pick(macros)]).mean())
+        self.base_regret = float(regret[:, 0].mean())
+
+    def pick(self, macros: np.ndarray) -> np.ndarray:
+        h = (macros - self.mean) / self.std
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if i < len(self.layers) - 1:
+                h = np.tanh(h)
+        return h.argmax(axis=1)
+
+    def choose(self, macro: np.ndarray) -> int:
+        return int(self.pick(np.asarray(macro, dtype=np.float64)[None])[0])
+
+
+def _student_episodes(args: tuple) -> tuple[float, float, float, list[int]]:
+    """(reward, kWh, violations, decisions per sub-agent) of the student supervisor."""
+    from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
+    from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
+    from cloudrl.evaluate import make_env, run_episode
+    from envs.env_config import EnvConfig
+
+    workload, interface, n_servers, specs, k, seed, student = args
+    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
+                   interface)
+    policy = HierarchicalPolicy(student, [make_sub_agent(s, interface) for s in specs], k,
+                                interface)
+    ep = run_episode(policy, env, seed)
+    counts = np.bincount([i for _, i in policy.decisions], minlength=len(specs)).tolist()
+    return (ep.episode_reward, ep.energy_kwh, ep.sla_violation_rate * ep.jobs_ended, counts)
+
+
+def _base_episode(args: tuple) -> tuple[float, float, float]:
+    from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
+    from cloudrl.evaluate import make_env, run_episode
+    from envs.env_config import EnvConfig
+
+    workload, interface, n_servers, spec, seed = args
+    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
+                   interface)
+    ep = run_episode(make_sub_agent(spec, interface), env, seed)
+    return (ep.episode_reward, ep.energy_kwh, ep.sla_violation_rate * ep.jobs_ended)
+
+
+def distil(args: argparse.Namespace, specs: list[str], runs: list[dict],
+           pool: ProcessPoolExecutor) -> None:
+    """Fit the student on the train seeds' ceiling decisions; play it on validation seeds
+    against every sub-agent alone (paired per seed)."""
+    from cloudrl.protocol import seeds_for
+
+    macros = np.concatenate([r["ceiling"][4] for r in runs])
+    scores = np.concatenate([r["ceiling"][5] for r in runs])
+    if args.save_decisions:
+        seed_of = np.concatenate([[i] * len(r["ceiling"][4]) for i, r in enumerate(runs)])
+        np.savez(args.save_decisions, macros=macros, scores=scores, seed_index=seed_of)
+    student = StudentSupervisor(macros, scores, hidden=args.student_hidden)
+    kind = "linear" if args.student_hidden == 0 else f"{args.student_hidden} hidden"
+    print(f"\nstudent ({kind}, expected-regret loss) on {len(macros)} train decisions: mean "
+          f"one-step regret {student.train_regret:.3f} vs always sub-agent 0: "
+          f"{student.base_regret:.3f}")
+    seeds = seeds_for("validation", args.distil)
+    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s, student)
+             for s in seeds]
+    played = list(pool.map(_student_episodes, tasks))
+    mine = np.array([p[:3] for p in played])
+    share = np.sum([p[3] for p in played], axis=0)
+    print(f"validation seeds ({len(seeds)}): student {mine[:, 0].mean():.1f} reward, "
+          f"{mine[:, 1].mean():.2f} kWh, {mine[:, 2].mean():.2f} violations; decisions "
+          + ", ".join(f"{x / share.sum():.1%}" for x in share))
+    for spec in specs:
+        alone = np.array(list(pool.map(_base_episode, [
+            (args.workload, args.interface, args.n_servers, spec, s) for s in seeds])))
+        print(f"  student - {spec:52s} reward {_ci(mine[:, 0] - alone[:, 0]):>26s}  "
+              f"kWh {_ci(mine[:, 1] - alone[:, 1]):>24s}")
 
 
 def _ci(x: np.ndarray) -> str:
@@ -83,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=10, help="train seeds 0..N-1")
     p.add_argument("--k", type=int, default=10, help="ticks per supervisor decision")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--distil", type=int, default=0, metavar="N_VAL",
+                   help="also fit a student supervisor to the ceiling's decisions and play it "
+                        "on N_VAL validation seeds (0: off)")
+    p.add_argument("--student-hidden", type=int, default=0,
+                   help="hidden units of the student (0: linear)")
+    p.add_argument("--save-decisions", default="", metavar="NPZ",
+                   help="with --distil: write the ceiling's macro states and rollout scores")
     p.add_argument("--specialists", default=DEFAULT_SPECIALISTS,
                    help="sub-agent specs separated by ';' (the first is the rollout's base "
                         "and the rule's power specialist, the last its SLA specialist)")
@@ -90,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("n_servers", "seeds", "k", "workers"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("distil", "student_hidden"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     specs = [s.strip() for s in args.specialists.split(";") if s.strip()]
     if len(specs) < 2:
         p.error(f"--specialists: need at least 2 sub-agents, got {len(specs)}")
@@ -105,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s)
              for s in seeds_for("train", args.seeds)]
-    with ProcessPoolExecutor(args.workers) as pool:
-        runs = list(pool.map(_episodes, tasks))
+    pool = ProcessPoolExecutor(args.workers)
+    runs = list(pool.map(_episodes, tasks))
     rows = specs + ["rule supervisor", "ceiling"]
     print(f"{args.workload}, N={args.n_servers}, {args.interface}, k={args.k}, train seeds "
           f"0..{args.seeds - 1}; per episode mean, and ceiling minus row per seed "
@@ -122,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     share = np.mean([r["ceiling"][3] for r in runs], axis=0)
     print("ceiling's decisions per sub-agent: " +
           ", ".join(f"{s}: {x:.1%}" for s, x in zip(specs, share, strict=True)))
+    if args.distil:
+        distil(args, specs, runs, pool)
+    pool.shutdown()
     return 0
 
 

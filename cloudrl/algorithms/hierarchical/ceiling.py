@@ -61,6 +61,8 @@ class CeilingEpisode:
     violations: int
     toggles: int
     choices: list[int] = field(default_factory=list)
+    macros: list[np.ndarray] = field(default_factory=list)  # what a supervisor saw, per decision
+    scores: list[list[float]] = field(default_factory=list)  # each sub-agent's rollout reward
 
     def share(self, n_sub_agents: int) -> list[float]:
         """Fraction of decisions that picked each sub-agent."""
@@ -84,7 +86,10 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     for policy in policies:
         policy.reset()
     tail = 10 ** 9 if horizon is None else horizon
-    total, done, choices = 0.0, False, []
+    total, done = 0.0, False
+    choices: list[int] = []
+    macros: list[np.ndarray] = []
+    all_scores: list[list[float]] = []
     while not done:
         scores = []
         for i in range(len(policies)):
@@ -93,6 +98,8 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
         best = max(scores)
         choice = base if scores[base] >= best else int(np.argmax(scores))
         choices.append(choice)
+        macros.append(np.array(obs["macro"], dtype=np.float32))
+        all_scores.append(scores)
         for _ in range(k):
             obs, reward, term, trunc, _ = env.step(policies[choice].act(obs))
             total += reward
@@ -100,4 +107,5 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
             if done:
                 break
     st = env.sim.stats
-    return CeilingEpisode(total, st.energy_j / 3.6e6, st.violations, st.toggles, choices)
+    return CeilingEpisode(total, st.energy_j / 3.6e6, st.violations, st.toggles, choices,
+                          macros, all_scores)
