@@ -38,7 +38,7 @@ CAUTIOUS = "power_aware:spare_floor=8,lead_ticks=10,spare_frac=0.2"
 DEFAULT_SPECIALISTS = f"power_aware;{LEAN};{CAUTIOUS}"
 
 
-def _episodes(args: tuple[str, str, int, list[str], int, int]) -> dict[str, tuple]:
+def _episodes(args: tuple[str, str, int, list[str], int, int, dict]) -> dict[str, tuple]:
     """(reward, kWh, violations) of every row on one seed, and the ceiling's choices."""
     from cloudrl.algorithms.hierarchical.ceiling import run_ceiling_episode
     from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
@@ -47,7 +47,7 @@ def _episodes(args: tuple[str, str, int, list[str], int, int]) -> dict[str, tupl
     from cloudrl.evaluate import make_env, run_episode
     from envs.env_config import EnvConfig
 
-    workload, interface, n_servers, specs, k, seed = args
+    workload, interface, n_servers, specs, k, seed, futures = args
     env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
                    interface)
     out: dict[str, tuple] = {}
@@ -60,7 +60,8 @@ def _episodes(args: tuple[str, str, int, list[str], int, int]) -> dict[str, tupl
     ep = run_episode(rule, env, seed)
     out["rule supervisor"] = (ep.episode_reward, ep.energy_kwh,
                               ep.sla_violation_rate * ep.jobs_ended)
-    ceiling = run_ceiling_episode(env, [make_sub_agent(s, interface) for s in specs], seed, k)
+    ceiling = run_ceiling_episode(env, [make_sub_agent(s, interface) for s in specs], seed, k,
+                                  **futures)
     out["ceiling"] = (ceiling.reward, ceiling.energy_kwh, float(ceiling.violations),
                       ceiling.share(len(specs)), np.stack(ceiling.macros),
                       np.asarray(ceiling.scores))
@@ -196,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--distil", type=int, default=0, metavar="N_VAL",
                    help="also fit a student supervisor to the ceiling's decisions and play it "
                         "on N_VAL validation seeds (0: off)")
+    p.add_argument("--futures", default="true", choices=("true", "resampled"),
+                   help="the rollouts' future: the episode's real one (the ceiling) or "
+                        "redrawn arrivals (what the present state alone is worth)")
+    p.add_argument("--n-futures", type=int, default=1, help="redrawn futures per decision")
+    p.add_argument("--rule", default="mean", choices=("mean", "consistent"))
     p.add_argument("--student-hidden", type=int, default=0,
                    help="hidden units of the student (0: linear)")
     p.add_argument("--save-decisions", default="", metavar="NPZ",
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="sub-agent specs separated by ';' (the first is the rollout's base "
                         "and the rule's power specialist, the last its SLA specialist)")
     args = p.parse_args(argv)
-    for name in ("n_servers", "seeds", "k", "workers"):
+    for name in ("n_servers", "seeds", "k", "workers", "n_futures"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("distil", "student_hidden"):
@@ -223,14 +229,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from cloudrl.protocol import seeds_for
 
-    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s)
+    futures = {"futures": args.futures, "n_futures": args.n_futures, "rule": args.rule}
+    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s, futures)
              for s in seeds_for("train", args.seeds)]
     pool = ProcessPoolExecutor(args.workers)
     runs = list(pool.map(_episodes, tasks))
     rows = specs + ["rule supervisor", "ceiling"]
-    print(f"{args.workload}, N={args.n_servers}, {args.interface}, k={args.k}, train seeds "
-          f"0..{args.seeds - 1}; per episode mean, and ceiling minus row per seed "
-          "(mean [95% t-CI])")
+    print(f"{args.workload}, N={args.n_servers}, {args.interface}, k={args.k}, futures "
+          f"{args.futures} (M={args.n_futures if args.futures == 'resampled' else 1}, "
+          f"{args.rule}), train seeds 0..{args.seeds - 1}; per episode mean, and ceiling "
+          "minus row per seed (mean [95% t-CI])")
     print(f"{'row':58s} {'reward':>9s} {'kWh':>7s} {'viol.':>6s}  "
           f"{'ceiling - row, reward':>26s}  {'kWh':>24s}")
     ceiling = np.array([r["ceiling"][:3] for r in runs])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudrl.algorithms.hierarchical.ceiling import clone_cluster, run_ceiling_episode
+from cloudrl.algorithms.hierarchical.ceiling import clone_cluster, pick, run_ceiling_episode
 from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
 from cloudrl.evaluate import make_env, run_episode
 from envs.env_config import EnvConfig
@@ -77,8 +77,32 @@ def test_sub_agents_that_differ_are_used():
     assert ceiling.reward > base.episode_reward
 
 
+def test_pick_rules_by_hand():
+    scores = np.array([[10.0, 12.0, 30.0], [10.0, 11.0, 5.0]])  # 2 futures, 3 sub-agents
+    assert pick(scores, 0, "mean") == 2  # means 10, 11.5, 17.5
+    assert pick(scores, 0, "consistent") == 1  # only sub-agent 1 beats 0 in both futures
+    assert pick(scores[:, [0, 2]], 0, "consistent") == 0
+    assert pick(np.array([[5.0, 5.0]]), 1, "mean") == 1  # ties go to the base
+
+
+def test_resampled_futures_are_reproducible_and_never_see_the_real_one():
+    env = _env("branching", "poisson")
+
+    def subs():
+        return [make_sub_agent(s, "branching") for s in ("power_aware", "sjf")]
+
+    a = run_ceiling_episode(env, subs(), 2, 10, futures="resampled", n_futures=2)
+    b = run_ceiling_episode(env, subs(), 2, 10, futures="resampled", n_futures=2)
+    true = run_ceiling_episode(env, subs(), 2, 10)
+    assert (a.reward, a.choices) == (b.reward, b.choices)
+    assert a.scores != true.scores  # the rollouts played other arrivals
+
+
 @pytest.mark.parametrize("kwargs, field", [({"k": 0}, "k"), ({"k": 5, "base": 2}, "base"),
-                                           ({"k": 5, "horizon": -1}, "horizon")])
+                                           ({"k": 5, "horizon": -1}, "horizon"),
+                                           ({"k": 5, "futures": "psychic"}, "futures"),
+                                           ({"k": 5, "n_futures": 0}, "n_futures"),
+                                           ({"k": 5, "rule": "max"}, "rule")])
 def test_bad_arguments_name_the_field(kwargs, field):
     env = _env("flat")
     subs = [make_sub_agent("sjf", "flat"), make_sub_agent("power_aware", "flat")]

@@ -70,11 +70,38 @@ class CeilingEpisode:
         return (counts / max(1, len(self.choices))).tolist()
 
 
+def pick(scores: np.ndarray, base: int, rule: str) -> int:
+    """The sub-agent to play from (M, P) rollout scores over M futures. ``"mean"``: the best
+    mean, ties to ``base``; ``"consistent"``: the best mean among those that beat ``base`` in
+    every future, else ``base`` (the max of P noisy estimates is biased up)."""
+    mean = scores.mean(axis=0)
+    if rule == "consistent":
+        beats = np.all(scores > scores[:, base:base + 1], axis=0)
+        mean = np.where(beats, mean, -np.inf)
+        mean[base] = scores[:, base].mean()
+    return base if mean[base] >= mean.max() else int(np.argmax(mean))
+
+
 def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
-                        base: int = 0, horizon: int | None = None) -> CeilingEpisode:
-    """One episode of ``env`` (seed ``seed``) under the clairvoyant supervisor over
+                        base: int = 0, horizon: int | None = None, futures: str = "true",
+                        n_futures: int = 1, rule: str = "mean") -> CeilingEpisode:
+    """One episode of ``env`` (seed ``seed``) under the rollout supervisor over
     ``sub_agents``: every ``k`` ticks the sub-agent whose rollout (it for ``k`` ticks, then
-    ``base`` for ``horizon`` ticks, ``None`` = to the episode end) sums the most reward."""
+    ``base`` for ``horizon`` ticks, ``None`` = to the episode end) sums the most reward.
+
+    ``futures="true"`` plays the episode's real future (the ceiling). ``"resampled"``
+    redraws the jobs that have not arrived yet in each of ``n_futures`` futures (the same
+    draw for every sub-agent; ``cloudrl.headline.rollout.resample_future``) and keeps what
+    the state already holds (queue, running jobs and their finish ticks): the gain that
+    survives it comes from the present state, not from knowing the arrivals."""
+    from cloudrl.headline.rollout import FUTURES, resample_future
+
+    if futures not in FUTURES:
+        raise ValueError(f"futures must be one of {', '.join(FUTURES)}, got {futures!r}")
+    if n_futures < 1:
+        raise ValueError(f"n_futures must be >= 1, got {n_futures}")
+    if rule not in ("mean", "consistent"):
+        raise ValueError(f"rule must be 'mean' or 'consistent', got {rule!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if not 0 <= base < len(sub_agents):
@@ -86,20 +113,25 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     for policy in policies:
         policy.reset()
     tail = 10 ** 9 if horizon is None else horizon
+    rng = np.random.default_rng([seed, 15])
+    n_runs = 1 if futures == "true" else n_futures
     total, done = 0.0, False
     choices: list[int] = []
     macros: list[np.ndarray] = []
     all_scores: list[list[float]] = []
     while not done:
-        scores = []
-        for i in range(len(policies)):
-            twin_env, twin_policies = clone_cluster(env, policies)
-            scores.append(_play(twin_env, twin_policies, obs, i, k, base, tail))
-        best = max(scores)
-        choice = base if scores[base] >= best else int(np.argmax(scores))
+        scores = np.zeros((n_runs, len(policies)))
+        for m in range(n_runs):
+            start_env, start_policies = clone_cluster(env, policies)
+            if futures == "resampled":
+                resample_future(start_env.sim, rng)
+            for i in range(len(policies)):
+                twin_env, twin_policies = clone_cluster(start_env, start_policies)
+                scores[m, i] = _play(twin_env, twin_policies, obs, i, k, base, tail)
+        choice = pick(scores, base, rule)
         choices.append(choice)
         macros.append(np.array(obs["macro"], dtype=np.float32))
-        all_scores.append(scores)
+        all_scores.append(scores.mean(axis=0).tolist())
         for _ in range(k):
             obs, reward, term, trunc, _ = env.step(policies[choice].act(obs))
             total += reward
