@@ -39,13 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("decisions", help="npz written by probe_supervisor_ceiling --save-decisions")
     p.add_argument("--train-share", type=float, default=0.7)
+    p.add_argument("--features", default="macro", choices=("macro", "full"),
+                   help="macro: what the supervisor sees; full: the whole observation "
+                        "(macro, servers, jobs), what a per-tick policy sees")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.8])
     args = p.parse_args(argv)
     if not 0 < args.train_share < 1:
         p.error(f"--train-share must be in (0, 1), got {args.train_share}")
     try:
         data = np.load(args.decisions)
-        x, scores, group = data["macros"], data["scores"], data["seed_index"]
+        x = data["macros"] if args.features == "macro" else data["observations"]
+        scores, group = data["scores"], data["seed_index"]
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {args.decisions}: not a decisions file ({exc})", file=sys.stderr)
         return 2
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
           f"+{best[win].mean():.2f} each, {best.clip(0).sum() / len(seeds):.1f} per episode")
     clf = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, random_state=0)
     prob = clf.fit(x[tr], win[tr]).predict_proba(x[te])[:, 1]
-    print(f"AUC (held out) of 'an alternative wins' from the macro state: "
+    print(f"AUC (held out) of 'an alternative wins' from the {args.features} observation: "
           f"{roc_auc_score(win[te], prob):.3f}")
     pred = np.stack([HistGradientBoostingRegressor(max_iter=200, learning_rate=0.05,
                                                    random_state=0).fit(x[tr], adv[tr, i])

@@ -38,7 +38,8 @@ CAUTIOUS = "power_aware:spare_floor=8,lead_ticks=10,spare_frac=0.2"
 DEFAULT_SPECIALISTS = f"power_aware;{LEAN};{CAUTIOUS}"
 
 
-def _episodes(args: tuple[str, str, int, list[str], int, int, dict]) -> dict[str, tuple]:
+def _episodes(args: tuple[str, str, int, list[str], int, int, dict, bool]
+              ) -> dict[str, tuple]:
     """(reward, kWh, violations) of every row on one seed, and the ceiling's choices."""
     from cloudrl.algorithms.hierarchical.ceiling import run_ceiling_episode
     from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
@@ -47,7 +48,7 @@ def _episodes(args: tuple[str, str, int, list[str], int, int, dict]) -> dict[str
     from cloudrl.evaluate import make_env, run_episode
     from envs.env_config import EnvConfig
 
-    workload, interface, n_servers, specs, k, seed, futures = args
+    workload, interface, n_servers, specs, k, seed, futures, keep = args
     env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
                    interface)
     out: dict[str, tuple] = {}
@@ -61,10 +62,11 @@ def _episodes(args: tuple[str, str, int, list[str], int, int, dict]) -> dict[str
     out["rule supervisor"] = (ep.episode_reward, ep.energy_kwh,
                               ep.sla_violation_rate * ep.jobs_ended)
     ceiling = run_ceiling_episode(env, [make_sub_agent(s, interface) for s in specs], seed, k,
-                                  **futures)
+                                  keep_observations=keep, **futures)
     out["ceiling"] = (ceiling.reward, ceiling.energy_kwh, float(ceiling.violations),
                       ceiling.share(len(specs)), np.stack(ceiling.macros),
-                      np.asarray(ceiling.scores))
+                      np.asarray(ceiling.scores),
+                      np.stack(ceiling.observations) if keep else None)
     return out
 
 
@@ -155,7 +157,8 @@ def distil(args: argparse.Namespace, specs: list[str], runs: list[dict],
     scores = np.concatenate([r["ceiling"][5] for r in runs])
     if args.save_decisions:
         seed_of = np.concatenate([[i] * len(r["ceiling"][4]) for i, r in enumerate(runs)])
-        np.savez(args.save_decisions, macros=macros, scores=scores, seed_index=seed_of)
+        np.savez(args.save_decisions, macros=macros, scores=scores, seed_index=seed_of,
+                 observations=np.concatenate([r["ceiling"][6] for r in runs]))
     student = StudentSupervisor(macros, scores, hidden=args.student_hidden)
     kind = "linear" if args.student_hidden == 0 else f"{args.student_hidden} hidden"
     print(f"\nstudent ({kind}, expected-regret loss) on {len(macros)} train decisions: mean "
@@ -205,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--student-hidden", type=int, default=0,
                    help="hidden units of the student (0: linear)")
     p.add_argument("--save-decisions", default="", metavar="NPZ",
-                   help="with --distil: write the ceiling's macro states and rollout scores")
+                   help="with --distil: write the ceiling's macro states, whole observations "
+                        "and rollout scores")
     p.add_argument("--specialists", default=DEFAULT_SPECIALISTS,
                    help="sub-agent specs separated by ';' (the first is the rollout's base "
                         "and the rule's power specialist, the last its SLA specialist)")
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     from cloudrl.protocol import seeds_for
 
     futures = {"futures": args.futures, "n_futures": args.n_futures, "rule": args.rule}
-    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s, futures)
+    keep = bool(args.save_decisions)
+    tasks = [(args.workload, args.interface, args.n_servers, specs, args.k, s, futures, keep)
              for s in seeds_for("train", args.seeds)]
     pool = ProcessPoolExecutor(args.workers)
     runs = list(pool.map(_episodes, tasks))

@@ -63,6 +63,7 @@ class CeilingEpisode:
     choices: list[int] = field(default_factory=list)
     macros: list[np.ndarray] = field(default_factory=list)  # what a supervisor saw, per decision
     scores: list[list[float]] = field(default_factory=list)  # each sub-agent's rollout reward
+    observations: list[np.ndarray] = field(default_factory=list)  # full obs, flattened
 
     def share(self, n_sub_agents: int) -> list[float]:
         """Fraction of decisions that picked each sub-agent."""
@@ -84,7 +85,8 @@ def pick(scores: np.ndarray, base: int, rule: str) -> int:
 
 def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
                         base: int = 0, horizon: int | None = None, futures: str = "true",
-                        n_futures: int = 1, rule: str = "mean") -> CeilingEpisode:
+                        n_futures: int = 1, rule: str = "mean",
+                        keep_observations: bool = False) -> CeilingEpisode:
     """One episode of ``env`` (seed ``seed``) under the rollout supervisor over
     ``sub_agents``: every ``k`` ticks the sub-agent whose rollout (it for ``k`` ticks, then
     ``base`` for ``horizon`` ticks, ``None`` = to the episode end) sums the most reward.
@@ -93,7 +95,9 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     redraws the jobs that have not arrived yet in each of ``n_futures`` futures (the same
     draw for every sub-agent; ``cloudrl.headline.rollout.resample_future``) and keeps what
     the state already holds (queue, running jobs and their finish ticks): the gain that
-    survives it comes from the present state, not from knowing the arrivals."""
+    survives it comes from the present state, not from knowing the arrivals.
+    ``keep_observations`` also keeps each decision's whole observation (macro, servers, jobs
+    flattened), what a per-tick policy such as issue 14's offline agent sees."""
     from cloudrl.headline.rollout import FUTURES, resample_future
 
     if futures not in FUTURES:
@@ -119,6 +123,7 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     choices: list[int] = []
     macros: list[np.ndarray] = []
     all_scores: list[list[float]] = []
+    observations: list[np.ndarray] = []
     while not done:
         scores = np.zeros((n_runs, len(policies)))
         for m in range(n_runs):
@@ -132,6 +137,9 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
         choices.append(choice)
         macros.append(np.array(obs["macro"], dtype=np.float32))
         all_scores.append(scores.mean(axis=0).tolist())
+        if keep_observations:
+            observations.append(np.concatenate([np.ravel(obs[key]).astype(np.float32)
+                                                for key in ("macro", "servers", "jobs")]))
         for _ in range(k):
             obs, reward, term, trunc, _ = env.step(policies[choice].act(obs))
             total += reward
@@ -140,4 +148,4 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
                 break
     st = env.sim.stats
     return CeilingEpisode(total, st.energy_j / 3.6e6, st.violations, st.toggles, choices,
-                          macros, all_scores)
+                          macros, all_scores, observations)
