@@ -22,9 +22,9 @@ Measured 2026-11-24 on the poisson decisions (N=50, branching, k=5, sub-agents
 power_aware;sjf;round_robin, 20 train seeds, 4,000 decisions; train 14 seeds, held out 6):
 an alternative beats power_aware at 11.7% of decisions, +3.2 reward each, 74.8 per episode in
 all; AUC 0.70 held out; the switching rule's gain per held-out episode against the oracle's
-+103: -222 (threshold 0.3), -75 (0.5), -6 (0.7), +3 (0.8). The macro state tells *when* an
-alternative may pay, not *which* times it does: the wrong switches cost more than the right
-ones gain.
++103: -222 (threshold 0.3), -75 (0.5), -6 (0.7), +3 (0.8). With ``--features full`` (the
+whole observation): AUC 0.74; -33, -8, +3, +3. The state tells *when* an alternative may pay,
+not *which* times it does: the wrong switches cost more than the right ones gain.
 """
 
 from __future__ import annotations
