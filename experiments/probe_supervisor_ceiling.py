@@ -51,6 +51,14 @@ CAUTIOUS = "power_aware:spare_floor=8,lead_ticks=10,spare_frac=0.2"
 DEFAULT_SPECIALISTS = f"power_aware;{LEAN};{CAUTIOUS}"
 
 
+def _env(workload: str, interface: str, n_servers: int):
+    from cloudrl.evaluate import make_env
+    from envs.env_config import EnvConfig
+
+    return make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
+                    interface)
+
+
 def _episodes(args: tuple[str, str, int, list[str], int, int, dict, bool]
               ) -> dict[str, tuple]:
     """(reward, kWh, violations) of every row on one seed, and the ceiling's choices."""
@@ -58,12 +66,10 @@ def _episodes(args: tuple[str, str, int, list[str], int, int, dict, bool]
     from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
     from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
     from cloudrl.algorithms.hierarchical.supervisors import RuleSupervisor
-    from cloudrl.evaluate import make_env, run_episode
-    from envs.env_config import EnvConfig
+    from cloudrl.evaluate import run_episode
 
     workload, interface, n_servers, specs, k, seed, futures, keep = args
-    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
-                   interface)
+    env = _env(workload, interface, n_servers)
     out: dict[str, tuple] = {}
     for spec in specs:
         ep = run_episode(make_sub_agent(spec, interface), env, seed)
@@ -135,12 +141,10 @@ def _student_episodes(args: tuple) -> tuple[float, float, float, list[int]]:
     """(reward, kWh, violations, decisions per sub-agent) of the student supervisor."""
     from cloudrl.algorithms.hierarchical.policy import HierarchicalPolicy
     from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
-    from cloudrl.evaluate import make_env, run_episode
-    from envs.env_config import EnvConfig
+    from cloudrl.evaluate import run_episode
 
     workload, interface, n_servers, specs, k, seed, student = args
-    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
-                   interface)
+    env = _env(workload, interface, n_servers)
     policy = HierarchicalPolicy(student, [make_sub_agent(s, interface) for s in specs], k,
                                 interface)
     ep = run_episode(policy, env, seed)
@@ -150,12 +154,10 @@ def _student_episodes(args: tuple) -> tuple[float, float, float, list[int]]:
 
 def _base_episode(args: tuple) -> tuple[float, float, float]:
     from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
-    from cloudrl.evaluate import make_env, run_episode
-    from envs.env_config import EnvConfig
+    from cloudrl.evaluate import run_episode
 
     workload, interface, n_servers, spec, seed = args
-    env = make_env(EnvConfig.model_validate({"n_servers": n_servers, "workload": workload}),
-                   interface)
+    env = _env(workload, interface, n_servers)
     ep = run_episode(make_sub_agent(spec, interface), env, seed)
     return (ep.episode_reward, ep.energy_kwh, ep.sla_violation_rate * ep.jobs_ended)
 
