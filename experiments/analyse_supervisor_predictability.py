@@ -24,15 +24,77 @@ an alternative beats power_aware at 11.7% of decisions, +3.2 reward each, 74.8 p
 all; AUC 0.70 held out; the switching rule's gain per held-out episode against the oracle's
 +103: -222 (threshold 0.3), -75 (0.5), -6 (0.7), +3 (0.8). With ``--features full`` (the
 whole observation): AUC 0.74; -33, -8, +3, +3. The state tells *when* an alternative may pay,
-not *which* times it does: the wrong switches cost more than the right ones gain.
+not *which* times it does: the wrong switches cost more than the right ones gain. Played for
+real (``--play 20 --k 5 --specialists "power_aware;sjf;round_robin"``, trees fitted on all
+20 seeds, 20 validation seeds), trees minus power_aware at thresholds 0.5 / 0.7 / 0.8:
++0.6 [-15.3, +16.5] / +2.8 [-11.3, +16.8] / +0.7 [-12.8, +14.2] reward, +0.21 / +0.06 /
++0.12 kWh, switching at 3.4 / 2.0 / 1.0% of decisions.
+
+Run with ``--play`` (about 3 min at N=50)::
+
+    .venv/bin/python experiments/analyse_supervisor_predictability.py F.npz --play 20 --k 5 \
+        --specialists "power_aware;sjf;round_robin" --thresholds 0.5 0.7 0.8
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+class TreeSupervisor:
+    """Switch from the base (sub-agent 0) to the sub-agent of highest predicted advantage
+    where the predicted probability that some alternative wins exceeds ``threshold``;
+    gradient-boosted trees on the macro state, fitted to the ceiling's decisions."""
+
+    name = "trees"
+
+    def __init__(self, macros: np.ndarray, scores: np.ndarray, threshold: float) -> None:
+        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+        adv = scores[:, 1:] - scores[:, :1]
+        self.threshold = threshold
+        self.clf = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05,
+                                                  random_state=0).fit(macros, adv.max(1) > 0)
+        self.regs = [HistGradientBoostingRegressor(max_iter=200, learning_rate=0.05,
+                                                   random_state=0).fit(macros, adv[:, i])
+                     for i in range(adv.shape[1])]
+
+    def choose(self, macro: np.ndarray) -> int:
+        x = np.asarray(macro, dtype=np.float64)[None]
+        if self.clf.predict_proba(x)[0, 1] <= self.threshold:
+            return 0
+        return 1 + int(np.argmax([r.predict(x)[0] for r in self.regs]))
+
+
+def play(args: argparse.Namespace, x: np.ndarray, scores: np.ndarray) -> None:
+    """Fit :class:`TreeSupervisor` on every decision; play it on validation seeds against
+    the base sub-agent alone, paired by seed (in this process: forking after the trees'
+    OpenMP threads start can hang)."""
+    from cloudrl.protocol import seeds_for
+    from experiments.probe_supervisor_ceiling import _base_episode, _ci, _student_episodes
+
+    specs = [s.strip() for s in args.specialists.split(";") if s.strip()]
+    seeds = seeds_for("validation", args.play)
+    alone = np.array([_base_episode((args.workload, args.interface, args.n_servers, specs[0],
+                                     s)) for s in seeds])
+    for thr in args.thresholds:
+        student = TreeSupervisor(x, scores, thr)
+        mine = [_student_episodes((args.workload, args.interface, args.n_servers, specs,
+                                   args.k, s, student)) for s in seeds]
+        got = np.array([m[:3] for m in mine])
+        share = np.sum([m[3] for m in mine], axis=0)
+        print(f"  played, P(win) > {thr:.2f}, {len(seeds)} validation seeds: trees - "
+              f"{specs[0]} reward {_ci(got[:, 0] - alone[:, 0])}, kWh "
+              f"{_ci(got[:, 1] - alone[:, 1])}; switched at {1 - share[0] / share.sum():.1%}",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +105,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="macro: what the supervisor sees; full: the whole observation "
                         "(macro, servers, jobs), what a per-tick policy sees")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.7, 0.8])
+    p.add_argument("--play", type=int, default=0, metavar="N_VAL",
+                   help="fit the trees on every decision (macro state) and play them as the "
+                        "supervisor on N_VAL validation seeds; needs the run's settings:")
+    p.add_argument("--specialists", default="", help="the probe run's --specialists")
+    p.add_argument("--workload", default="poisson", choices=("poisson", "google_v2_like"))
+    p.add_argument("--interface", default="branching", choices=("flat", "branching"))
+    p.add_argument("--n-servers", type=int, default=50)
+    p.add_argument("--k", type=int, default=5)
     args = p.parse_args(argv)
+    if args.play and not args.specialists:
+        p.error("--play needs --specialists (the probe run's)")
+    if args.play and args.features != "macro":
+        p.error("--play: a supervisor sees the macro state; use --features macro")
+    for name in ("play", "n_servers", "k"):
+        if getattr(args, name) < (0 if name == "play" else 1):
+            p.error(f"--{name.replace('_', '-')}: bad value {getattr(args, name)}")
     if not 0 < args.train_share < 1:
         p.error(f"--train-share must be in (0, 1), got {args.train_share}")
     try:
@@ -82,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         switch = prob > thr
         print(f"  switch where P(win) > {thr:.2f}: {switch.mean():5.1%} of decisions, "
               f"gain per episode {taken[switch].sum() / n_test:+.1f}")
+    if args.play:
+        n_subs = scores.shape[1]
+        if len([s for s in args.specialists.split(";") if s.strip()]) != n_subs:
+            print(f"error: --specialists must name the run's {n_subs} sub-agents",
+                  file=sys.stderr)
+            return 2
+        play(args, x, scores)
     return 0
 
 
