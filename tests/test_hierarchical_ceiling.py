@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudrl.algorithms.hierarchical.ceiling import clone_cluster, pick, run_ceiling_episode
+from cloudrl.algorithms.hierarchical.ceiling import clone_cluster, run_ceiling_episode
 from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
 from cloudrl.evaluate import make_env, run_episode
+from cloudrl.headline.rollout import choose
 from envs.env_config import EnvConfig
 
 SMALL = {"n_servers": 10, "workload": "google_v2_like", "sim": {"episode_length": 80}}
@@ -79,10 +80,10 @@ def test_sub_agents_that_differ_are_used():
 
 def test_pick_rules_by_hand():
     scores = np.array([[10.0, 12.0, 30.0], [10.0, 11.0, 5.0]])  # 2 futures, 3 sub-agents
-    assert pick(scores, 0, "mean") == 2  # means 10, 11.5, 17.5
-    assert pick(scores, 0, "consistent") == 1  # only sub-agent 1 beats 0 in both futures
-    assert pick(scores[:, [0, 2]], 0, "consistent") == 0
-    assert pick(np.array([[5.0, 5.0]]), 1, "mean") == 1  # ties go to the base
+    assert choose(scores, "mean", base=0) == 2  # means 10, 11.5, 17.5
+    assert choose(scores, "consistent", base=0) == 1  # only 1 beats 0 in both futures
+    assert choose(scores[:, [0, 2]], "consistent", base=0) == 0
+    assert choose(np.array([[5.0, 5.0]]), "mean", base=1) == 1  # ties go to the base
 
 
 def test_resampled_futures_are_reproducible_and_never_see_the_real_one():

@@ -126,15 +126,16 @@ def rollout_scores(env: GatedControllerEnv, horizon: int, futures: str,
 RULES = ("mean", "consistent")
 
 
-def choose(scores: np.ndarray, rule: str = "mean") -> int:
-    """The preset to play from (M, P) rollout scores. ``"mean"``: the best mean (ties go to
-    the lowest index, so to preset 0). ``"consistent"``: the best mean among presets that
-    beat preset 0 in every future, else preset 0 (guards against picking the noise of M
-    sampled futures: the max of P noisy estimates is biased up)."""
+def choose(scores: np.ndarray, rule: str = "mean", base: int = 0) -> int:
+    """The choice to play from (M, P) rollout scores. ``"mean"``: the best mean (ties go to
+    ``base``, then to the lowest index). ``"consistent"``: the best mean among choices that
+    beat ``base`` in every future, else ``base`` (guards against picking the noise of M
+    sampled futures: the max of P noisy estimates is biased up). ``base`` is preset 0 for
+    the gated env; issue 15's ceiling passes its base sub-agent."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     mean = scores.mean(axis=0)
     if rule == "consistent":
-        mean = np.where(np.all(scores > scores[:, :1], axis=0), mean, -np.inf)
-        mean[0] = scores[:, 0].mean()
-    return int(np.argmax(mean))
+        mean = np.where(np.all(scores > scores[:, base:base + 1], axis=0), mean, -np.inf)
+        mean[base] = scores[:, base].mean()
+    return base if mean[base] >= mean.max() else int(np.argmax(mean))

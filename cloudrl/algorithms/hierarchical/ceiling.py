@@ -71,18 +71,6 @@ class CeilingEpisode:
         return (counts / max(1, len(self.choices))).tolist()
 
 
-def pick(scores: np.ndarray, base: int, rule: str) -> int:
-    """The sub-agent to play from (M, P) rollout scores over M futures. ``"mean"``: the best
-    mean, ties to ``base``; ``"consistent"``: the best mean among those that beat ``base`` in
-    every future, else ``base`` (the max of P noisy estimates is biased up)."""
-    mean = scores.mean(axis=0)
-    if rule == "consistent":
-        beats = np.all(scores > scores[:, base:base + 1], axis=0)
-        mean = np.where(beats, mean, -np.inf)
-        mean[base] = scores[:, base].mean()
-    return base if mean[base] >= mean.max() else int(np.argmax(mean))
-
-
 def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
                         base: int = 0, horizon: int | None = None, futures: str = "true",
                         n_futures: int = 1, rule: str = "mean",
@@ -98,14 +86,14 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     survives it comes from the present state, not from knowing the arrivals.
     ``keep_observations`` also keeps each decision's whole observation (macro, servers, jobs
     flattened), what a per-tick policy such as issue 14's offline agent sees."""
-    from cloudrl.headline.rollout import FUTURES, resample_future
+    from cloudrl.headline.rollout import FUTURES, RULES, choose, resample_future
 
     if futures not in FUTURES:
         raise ValueError(f"futures must be one of {', '.join(FUTURES)}, got {futures!r}")
     if n_futures < 1:
         raise ValueError(f"n_futures must be >= 1, got {n_futures}")
-    if rule not in ("mean", "consistent"):
-        raise ValueError(f"rule must be 'mean' or 'consistent', got {rule!r}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if not 0 <= base < len(sub_agents):
@@ -133,7 +121,7 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
             for i in range(len(policies)):
                 twin_env, twin_policies = clone_cluster(start_env, start_policies)
                 scores[m, i] = _play(twin_env, twin_policies, obs, i, k, base, tail)
-        choice = pick(scores, base, rule)
+        choice = choose(scores, rule, base)
         choices.append(choice)
         macros.append(np.array(obs["macro"], dtype=np.float32))
         all_scores.append(scores.mean(axis=0).tolist())
