@@ -255,6 +255,20 @@ class ClusterSim:
         self._queue = list(range(len(snap.job_age)))
         self._next_arrival = len(snap.job_age)
 
+    def snapshot(self) -> ClusterSnapshot:
+        """The current state as a snapshot (queue in service order); see :meth:`load_snapshot`."""
+        queue = np.asarray(self.queue, dtype=np.int64)
+        return ClusterSnapshot(
+            tick=int(self.t), power_state=self.power_state.astype(np.int8),
+            wake_left=self.wake_left.astype(np.int64), used_cpu=self.used_cpu.copy(),
+            used_mem=self.used_mem.copy(), n_running=self.n_running.astype(np.int64),
+            job_cpu=self.job_cpu[queue], job_mem=self.job_mem[queue],
+            job_duration=self.job_duration[queue],
+            job_deadline=self.job_deadline[queue] - self.t,
+            job_age=self.t - self.job_arrival[queue],
+            arrival_rate=float(self.arrival_ema), violation_rate=float(self.violation_ema),
+            priority_level=int(self.priority_level), clock_offset=int(self.clock_offset))
+
     # ------------------------------------------------------------------ queries
     @property
     def queue(self) -> list[int]:

@@ -4,8 +4,9 @@ The decision service receives the live cluster's state (servers, pending jobs) a
 must build the observation and mask exactly as the env does. It does so by
 loading a snapshot into the env's own simulator (``ClusterSim.load_snapshot``)
 and calling the env's observation path; nothing is re-implemented.
-``snapshot_of(sim)`` goes the other way (a running simulation's state as a
+``ClusterSim.snapshot()`` goes the other way (a running simulation's state as a
 snapshot), which tests and clients use to drive the service from the simulator.
+This module imports nothing from the simulator: ``envs.sim`` builds on it.
 
 Units are the simulator's: CPU and memory in largest-machine units, times in ticks.
 Job ``deadline`` counts ticks from now; ``age`` ticks since the job arrived.
@@ -16,12 +17,7 @@ sums such as ``tick + deadline`` stay far inside int64 (``check`` enforces both)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from envs.sim import ClusterSim
 
 POWER_STATES = ("active", "asleep", "waking")  # index = the simulator's state code
 MAX_TICKS = 10**9  # any tick count: ~31 years of one-second ticks
@@ -76,16 +72,3 @@ def _check_range(name: str, value: int | np.ndarray, low: int, high: int) -> Non
     if arr.size and (int(arr.min()) < low or int(arr.max()) > high):
         raise ValueError(f"snapshot.{name}: values must be in [{low}, {high}]")
 
-
-def snapshot_of(sim: ClusterSim) -> ClusterSnapshot:
-    """The current state of ``sim`` as a snapshot (queue in service order)."""
-    queue = np.asarray(sim.queue, dtype=np.int64)
-    return ClusterSnapshot(
-        tick=int(sim.t), power_state=sim.power_state.astype(np.int8),
-        wake_left=sim.wake_left.astype(np.int64), used_cpu=sim.used_cpu.copy(),
-        used_mem=sim.used_mem.copy(), n_running=sim.n_running.astype(np.int64),
-        job_cpu=sim.job_cpu[queue], job_mem=sim.job_mem[queue],
-        job_duration=sim.job_duration[queue],
-        job_deadline=sim.job_deadline[queue] - sim.t, job_age=sim.t - sim.job_arrival[queue],
-        arrival_rate=float(sim.arrival_ema), violation_rate=float(sim.violation_ema),
-        priority_level=int(sim.priority_level), clock_offset=int(sim.clock_offset))

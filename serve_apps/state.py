@@ -17,7 +17,7 @@ import numpy as np
 from envs.fleet import Fleet
 from envs.sim import ClusterSim
 from envs.sim_config import SimConfig
-from envs.snapshot import POWER_STATES, ClusterSnapshot, snapshot_of
+from envs.snapshot import POWER_STATES, ClusterSnapshot
 from serve_apps.schemas import ClusterState
 
 _EPS = 1e-9
@@ -89,7 +89,7 @@ def to_snapshot(state: ClusterState, fleet: Fleet, sim_cfg: SimConfig) -> Cluste
 
 def state_of(sim: ClusterSim) -> dict[str, Any]:
     """A simulator's current state as a ``ClusterState`` request body (JSON-ready)."""
-    snap, fleet = snapshot_of(sim), sim.fleet
+    snap, fleet = sim.snapshot(), sim.fleet
     cpu_unit, mem_unit = fleet.largest_cpu_cores, fleet.largest_mem_gib
     servers = [{"tier": fleet.tier_names[fleet.tier[i]],
                 "power_state": POWER_STATES[int(snap.power_state[i])],

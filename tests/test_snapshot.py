@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from cloudrl.heuristics import make_heuristic
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
-from envs.snapshot import snapshot_of
 from serve_apps.schemas import ClusterState
 from serve_apps.state import StateError, state_of, to_snapshot
 
@@ -34,7 +33,7 @@ def _run(interface: str, workload: str, seed: int, steps: int):
 def test_snapshot_and_json_state_reproduce_the_env_observation(interface, workload, seed, steps):
     env, obs = _run(interface, workload, seed, steps)
     fresh = ENVS[interface]({"n_servers": 12, "workload": workload})
-    direct = fresh.observe_snapshot(snapshot_of(env.sim))
+    direct = fresh.observe_snapshot(env.sim.snapshot())
     for key in obs:
         np.testing.assert_array_equal(direct[key], obs[key], err_msg=key)
     # through the service's JSON body: units converted to cores/GiB and back
@@ -49,7 +48,7 @@ def test_loaded_state_is_replaced_by_reset():
     env, _ = _run("flat", "poisson", 1, 30)
     fresh = ClusterSchedulingEnv({"n_servers": 12, "workload": "poisson"})
     reference, _ = fresh.reset(seed=5)
-    fresh.observe_snapshot(snapshot_of(env.sim))
+    fresh.observe_snapshot(env.sim.snapshot())
     again, _ = fresh.reset(seed=5)
     for key in reference:
         np.testing.assert_array_equal(again[key], reference[key])
@@ -79,7 +78,7 @@ def test_state_that_does_not_fit_the_fleet_names_the_field(mutate, field):
     ("n_running", None), ("clock_offset", -(10**9) - 1)])
 def test_snapshot_out_of_range_is_refused_before_it_can_wrap(field, value):
     env, _ = _run("flat", "poisson", 3, 5)
-    snap = snapshot_of(env.sim)
+    snap = env.sim.snapshot()
     if value is None:  # a per-server array with one absurd entry
         value = getattr(snap, field).copy()
         value[0] = 2**63 - 1
