@@ -2,7 +2,7 @@
 
 Torch defaults to one thread per core in every process. On a many-core node the
 driver-side learner then takes most of the machine and the env runners' actors fight it
-for cores (issue 17: Ape-X plateaued at 4.3x one runner from 8 runners on with torch's
+for cores (measured: Ape-X plateaued at 4.3x one runner from 8 runners on with torch's
 default; 8.8x at 12 runners with the driver capped at 1 thread). ``TorchThreads`` says how
 many threads each process gets; ``"auto"`` (the default) matches Ray's resources:
 

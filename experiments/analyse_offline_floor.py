@@ -1,4 +1,5 @@
-"""Can any flat-interface policy meet issue 14's goal? The violation floor per test seed.
+"""Can any flat-interface policy meet the offline goal (>= 95% of test seeds within the
+violation budget)? The violation floor per test seed.
 
 For each workload: the budget B as ``experiments/bench_offline.py`` derives it (the best
 behaviour's mean episode violations on the recorded train seeds, at least 0.5; here

@@ -1,4 +1,4 @@
-"""Can what a supervisor sees predict the clairvoyant supervisor's gain? (issue 15)
+"""Can what a supervisor sees predict the clairvoyant supervisor's gain?
 
 What: reads the decisions that ``experiments/probe_supervisor_ceiling.py --distil N
 --save-decisions F.npz`` saved (per decision: the macro state a supervisor sees and every

@@ -1,4 +1,4 @@
-"""How much could shifting the offered work in time save? (issue 13's gap goal)
+"""How much could shifting the offered work in time save? (the headline gap goal)
 
 The offered-work reference (``cloudrl.lower_bound.offered_load``) is ``sum_t F(L_t)``, the
 offered load ``L_t`` (every job from its arrival, clipped to the horizon) packed on the
@@ -20,8 +20,8 @@ Measured 2026-11-24 (N=50, 1,000 ticks, 50 test seeds), mean kWh per episode:
     google_v2_like        84.20               84.20                0.001 (0.032)
 
 With the full ``cloudrl headline`` run's tuned heuristic (121.04 / 96.21 kWh) and bound
-(92.05 / 53.17 kWh), the flat level closes 24.4% / 27.9% of the gap: below the issue's
-30% for any policy that runs the work it is offered inside the episode.
+(92.05 / 53.17 kWh), the flat level closes 24.4% / 27.9% of the gap: below the headline
+goal's 30% for any policy that runs the work it is offered inside the episode.
 """
 
 from __future__ import annotations

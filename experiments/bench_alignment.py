@@ -25,7 +25,7 @@ transition reward r(s, s') of phase 2, true episode reward mean +- 95% CI:
     PPO, true reward                   -1613.2 +- 228.2
     power_aware heuristic               -532.9 +-  35.4
 
-Both learned-reward policies land inside the true-reward policy's 95% CI (the issue's goal),
+Both learned-reward policies land inside the true-reward policy's 95% CI (the alignment goal),
 but at this budget every PPO policy is ~3x worse than power_aware, so that is weak evidence;
 offline labels only here (no re-query, anchor or BC start). (With the earlier per-state
 reward r(s): 300 labels -1482.5 +- 202.2, 1,000 labels -1629.9 +- 199.3.)

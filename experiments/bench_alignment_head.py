@@ -1,6 +1,6 @@
 """Preference-alignment head benchmark: plain BDQ vs BDQ + head at the same env-step budget.
 
-What it does (issue 12, item 4 and the "Safety" benchmark; goal: fewer violations of each
+What it does (the safety benchmark; goal: fewer violations of each
 teacher bound per episode, with no more energy):
 
 1. Demonstrations (branching interface, N=``--n-servers``, poisson, train seeds), recorded

@@ -1,6 +1,6 @@
 """Time to a test-seed result: Ape-X BDQ vs single-process BDQ, same env-step budget.
 
-What it does (issue 6, "the Ape-X BDQ reaches the single-process BDQ's test-seed result in
+What it does (goal: "the Ape-X BDQ reaches the single-process BDQ's test-seed result in
 less wall time"):
 
 1. trains, one after the other on the same machine, ``bdq`` (RLlib's synchronous BDQ on

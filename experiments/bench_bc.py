@@ -1,6 +1,6 @@
 """Behaviour-cloning benchmark: Ray Train + Accelerate samples/s with 1 vs 2 workers.
 
-What it does (issue 12, phase 1, "Ray Train scaling"):
+What it does (behaviour cloning's Ray Train scaling):
 
 1. Demonstrations: ``--episodes`` episodes of each heuristic in ``--policies`` (N=15,
    poisson, ``--max-steps`` steps, train seeds 0..) on the interface(s) asked for, recorded

@@ -8,7 +8,7 @@ and the cost of a step relative to a CartPole-v1 step measured in the same
 process. Raw env classes are compared with raw CartPoleEnv; the
 ``gym.make`` rows compare both through gymnasium's wrappers.
 
-The second table (issue 18) is the cost per env step of B envs stepped together at
+The second table is the cost per env step of B envs stepped together at
 N=50: gymnasium's ``SyncVectorEnv`` of the single env and the natively batched env
 (``envs.vector_env``, one numba call per step), B = 1, 8, 32, 128, against the raw
 CartPole step. Every row is the best of ``--repeats`` blocks (the machine is shared;
@@ -17,8 +17,8 @@ before and after.
 
 Run:  .venv/bin/python -m experiments.bench_env [--steps 20000] [--repeats 3]
 
-Targets: at N=50 a single-env step costs <= 5x a CartPole step (issue 2); the batched
-env's cost per env step at B=32, N=50 is <= 1x a CartPole step (issue 18).
+Targets: at N=50 a single-env step costs <= 5x a CartPole step; the batched
+env's cost per env step at B=32, N=50 is <= 1x a CartPole step.
 Results to expect (2-core CI-class machine, numba kernels warm; see README
 for the table measured in this change): CartPole ~8-9 µs/step; near idle, cluster
 flat N=50 ~3.5x CartPole, branching N=50 ~4.3x (single-env observation in one numba

@@ -34,9 +34,9 @@ Reward mean ± 95% CI:
 | round_robin          | -7049.5 ± 1334.3    | -2833.8 ± 22.1   |
 | ffd                  | -6644.3 ± 1118.5    | -3104.1 ± 40.0   |
 
-The issue's goal is NOT met. The PPO supervisor (15,000 supervisor decisions on
-google_v2_like, 871 s of training; 10,000 on poisson, 346 s) did not beat its
-sub-agents: on poisson it picks power_aware at every decision (its row equals
+The hierarchical goal (beat each sub-agent) is NOT met. The PPO supervisor (15,000
+supervisor decisions on google_v2_like, 871 s of training; 10,000 on poisson, 346 s) did not
+beat its sub-agents: on poisson it picks power_aware at every decision (its row equals
 power_aware's), on google_v2_like it collapsed onto sjf (97.2% of 1,000 decisions on
 10 test seeds, the rest pa_headroom; sjf in every hour of the day:
 ``decision_share.png``), 28% worse than power_aware. The REINFORCE gate (one episode

@@ -9,7 +9,7 @@ flat action for DQN). One update is the device-replay step of
 priority update. Rows:
 
 * ``bdq``: today's ``BDQTorchLearner`` + ``BDQTorchRLModule``;
-* ``bdq-reference``: the implementation before issue 17
+* ``bdq-reference``: the implementation before the learner speed work
   (``cloudrl.algorithms.bdq.reference``), measured in the same run, interleaved with
   ``bdq`` (rounds of ``--seconds / --rounds``), so the ratio is fair under a varying load;
 * ``dqn``: RLlib's stock ``DQNTorchLearner`` with ``MaskedDQNTorchRLModule`` (double Q,
@@ -28,7 +28,7 @@ target-net sync check).
 How: ``.venv/bin/python experiments/bench_learner.py [--batches 512,4096] [--seconds 8]
 [--rows bdq,bdq-reference,dqn] [--threads T] [--device cuda]``.
 
-Results. Before the issue-17 changes (2026-11-23 09:20 UTC, 2 shared cores under a load
+Results. Before the learner speed work (2026-11-23 09:20 UTC, 2 shared cores under a load
 average of 7-12 from other jobs, torch threads 2, ``--seconds 8 --rounds 2``; absolute
 numbers ~50x below the idle machine's 7.4 BDQ updates/s at batch 512, only ratios and
 shares mean anything):
@@ -52,7 +52,7 @@ After (2026-11-23 10:50 UTC, load average 3.4-5.6, torch threads 2; batch 512:
       4096 bdq-reference       0.46   2188.4   2803.2      1872    0.5%    43.6%    54.6%  0.8%
       4096 dqn                 0.49   2052.3   2425.6      1996    0.4%    39.9%    59.3%  0.2%
 
-Batch 512: new / old = 1.70x updates/s, 2.0x less CPU per update (the issue's goal, 3x,
+Batch 512: new / old = 1.70x updates/s, 2.0x less CPU per update (the speed goal, 3x,
 is not met); the BDQ learner now costs about what the stock flat DQN learner costs.
 Batch 4096: 0.93x / 1.03x, no gain within this run's noise (two rounds on a loaded
 machine; the batch-4096 CPU time per update is only 3.5x batch 512's, so the 512 rows

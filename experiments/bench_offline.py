@@ -1,4 +1,4 @@
-"""Offline constrained agent vs its baselines on one logged dataset (issue 14).
+"""Offline constrained agent vs its baselines on one logged dataset.
 
 What it does, per workload: records a dataset (the four heuristics, each as is and
 ε-noised, on train seeds), derives the budget B (the best behaviour's mean episode

@@ -1,6 +1,6 @@
 """Reward model benchmark: label efficiency vs teacher labels, and Ray Train 1 vs 2 workers.
 
-What it does (issue 12, phase 2):
+What it does (the reward-model phase of alignment):
 
 1. Demonstrations. Records ``--episodes`` episodes of each of the four heuristics
    (power_aware, sjf, ffd, round_robin; flat interface, N=15, poisson, ``--max-steps``
@@ -51,7 +51,7 @@ keeps the evaluation with the lowest held-out loss (``best_ep``):
           1      265   1.00          121604   60801     110
           2      287   1.09           60804   60801     105
 
-The issue's goal (>= 90% held-out accuracy with <= 1,000 labels) is met: 0.930 on the
+The goal (>= 90% held-out accuracy with <= 1,000 labels) is met: 0.930 on the
 held-out pairs and 0.900 on the fresh-episode pairs at 1,000 labels (ECE 0.03 / 0.05);
 at 100-300 labels the transition input changes little (0.82-0.85). Why it works: the SLA
 violations, ~1/3 of the teacher's decisions and checked before overload, are step infos,

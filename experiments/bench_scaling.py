@@ -1,6 +1,6 @@
 """Scaling: Ape-X BDQ vs RLlib's synchronous BDQ over 1, 2, 4 env runners, plus a model.
 
-What it does (issue 6):
+What it does:
 
 1. Measured. On the branching cluster env (``cloudrl/ClusterBranching-v0``, N servers,
    poisson workload) it builds, for each number of remote env runners, both
@@ -24,7 +24,7 @@ What it does (issue 6):
    the driver spent inside learner updates. Ray gets ``num_cpus=8`` (``--num-cpus``) on
    the 2-core machine: every runner asks for 1 CPU, the shard for 1, so 4 runners + shard
    + driver oversubscribe the 2 cores ~3x. Scaling efficiency = throughput(2) /
-   throughput(1) (the issue's target for Ape-X: >= 1.7x).
+   throughput(1) (the target for Ape-X: >= 1.7x).
 
 2. Model. In-process, single torch thread, it times what one Ape-X shard and the learner
    do: ``ReplayShard.add`` of one runner call's complete transitions with their
@@ -108,7 +108,7 @@ the real limit: one CPU learner at replay ratio 1 keeps up with ~1.5k env steps/
 two actors; beyond that actors add data diversity but the replay ratio falls as 1/R, so a
 cluster needs a GPU learner with large batches (README, "Sizing a cluster").
 
-Re-measured with the issue-17 learner and the issue-18 runner (``--model-only --fragment
+Re-measured with the faster BDQ learner and the batched env runner (``--model-only --fragment
 16``, 2026-11-23 22:45 UTC, load ~0.9): F=126, t_add 0.94 ms, t_sample(64) 0.61 ms,
 t_prio(64) 0.33 ms, **t_update(64) 22.2 ms** (was 41.6), r = 2,218 env steps/s per actor
 (was 873). At replay ratio 1 the learner keeps up with 2,882 env steps/s (1.9x), i.e. 1.3

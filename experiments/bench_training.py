@@ -13,19 +13,20 @@ Run:  .venv/bin/python -m experiments.bench_training [--iters 3] [--batch 2000] 
 with remote runners it reads 0).
 
       .venv/bin/python -m experiments.bench_training --sampling [--envs-per-runner 32]
-measures sampling alone (issue 18): env steps/s of one RLlib env runner
+measures sampling alone: env steps/s of one RLlib env runner
 (``sample()`` of the config's runner class, exploring, in this process, torch threads 1 as an env
 runner actor with 1 CPU) over B envs at N=50, for masked PPO (flat) and BDQ (branching):
-the code at ``--reference-rev`` (default 59af842, before issue 18; unpacked with
+the code at ``--reference-rev`` (default 59af842, the last revision before the batched env and
+env runner; unpacked with
 ``git archive`` and run in a child process) alternating with the current code's rows
 (SyncVectorEnv + RLlib's connectors, batched env + RLlib's connectors, batched env +
 stacked connectors on RLlib's runner, and the default: + the batched env runner); best of
 ``--rounds`` x ``--iters`` timed calls after a warm-up call each. Measured (README, 20:25
 UTC, load 1.1-1.8): PPO 2,757 -> 12,435 env steps/s (4.51x), BDQ 2,318 -> 7,253 (3.13x);
 four more runs 4.18x / 4.25x / 4.65x / 5.82x and 3.57x / 3.07x / 3.64x / 3.86x.
-The issue's 3x is met.
+The goal of 3x is met.
 
-Target (issue 3): the cluster env is not the bottleneck (>= CartPole's rate).
+Target: the cluster env is not the bottleneck (>= CartPole's rate).
 Results to expect: see the README table (measured in this change on the
 2-core machine).
 """
@@ -242,10 +243,11 @@ def main() -> None:
     parser.add_argument("--n-servers", type=int, default=50)
     parser.add_argument("--envs-per-runner", type=int, default=1)
     parser.add_argument("--sampling", action="store_true",
-                        help="time one env runner's sampling, sync vs batched env (issue 18)")
+                        help="time one env runner's sampling, sync vs batched env")
     parser.add_argument("--reference-rev", default="59af842",
                         help="--sampling: git revision measured as the reference in the same "
-                        "run (default: the code before issue 18); 'none' skips it")
+                        "run (default: the last revision before the batched env and env runner); "
+                        "'none' skips it")
     parser.add_argument("--rounds", type=int, default=2,
                         help="--sampling: rounds of reference/current rows, alternating")
     parser.add_argument("--torch-threads", type=int, default=1,

@@ -1,6 +1,6 @@
 """Soak of the production loop: live traffic, operator feedback, two retrain -> canary
 cycles (one promoted, one rolled back by a planted bad policy), a kill of the service and a
-backup/restore, with the issue-16 goal checked at the end.
+backup/restore, with the production-loop goal checked at the end.
 
 What it does, on one machine (Ray on 2 CPUs, Serve on localhost):
 
@@ -41,7 +41,7 @@ cycles (retrain decision, rollout exit code and reason, wall time) and the goal 
 
 How to run:
     python experiments/soak_loop.py --duration 180            # a 3-minute proof run
-    python experiments/soak_loop.py --duration 1800 --rate 250 # the issue's 30-minute soak
+    python experiments/soak_loop.py --duration 1800 --rate 250 # the goal's 30-minute soak
 
 Results to expect: see the README's "production loop" section (measured on the shared
 2-core machine; the retrain cycles compete with the traffic for the 2 cores).

@@ -32,7 +32,7 @@ trunk output scoring each step; :meth:`alignment_scores` sums it over a segment.
 learner calls it (``BDQTorchLearner`` with ``alignment_weight > 0``), never the forward
 passes, so the Q-values and the TD loss are the same with and without a head.
 
-Training forward (issue 17): only ``Q(s, .)`` needs a gradient, so the online pass on
+Training forward: only ``Q(s, .)`` needs a gradient, so the online pass on
 ``obs`` is the only one recorded by autograd; the online (double-Q argmax) and target
 passes on ``next_obs`` run under ``no_grad`` (the old version ran the online trunk with
 gradients on ``cat(obs, next_obs)`` and back-propagated zeros through the second half).

@@ -76,7 +76,7 @@ def mlp(in_dim: int, widths: Sequence[int], activation: str = "relu") -> nn.Sequ
     Linear's backward needs its input and weight, not its output; ReLU's backward reads
     its own result). On CPU this saves one allocation and one pass over every hidden
     activation, e.g. the (B*N, 64) server rows: ~12-20% of a BDQ update at batch 512
-    (issue 17). Other activations keep their out-of-place modules.
+    (measured). Other activations keep their out-of-place modules.
     """
     layers: list[nn.Module] = []
     for width in widths:

@@ -1,4 +1,4 @@
-"""BDQ on DDP learners (issue 17): ``num_learners=2`` (gloo on CPU) matches one learner.
+"""BDQ on DDP learners: ``num_learners=2`` (gloo on CPU) matches one learner.
 
 Two remote learners each get half of a batch of 2B (``LearnerGroup`` shards it), DDP
 averages their gradients; one local learner gets all 2B rows. Same initial weights, same

@@ -2,7 +2,7 @@
 
 Digests (sha256 over observations, masks, rewards and info values of seeded runs with
 random actions, masked ones included) were computed with the code before the single
-env's observation moved into one numba call (commit e86f553); any change to what an
+env's observation moved into one numba call; any change to what an
 episode shows a policy changes them. If a change of behaviour is intended, recompute
 them and say so in the commit.
 """

@@ -29,7 +29,7 @@ YAML = Path(__file__).resolve().parents[1] / "experiments" / "headline.yaml"
 # ---------------------------------------------------------------- config
 
 
-def test_shipped_config_is_valid_and_runs_the_issue_protocol():
+def test_shipped_config_is_valid_and_runs_the_headline_protocol():
     cfg = load_config(HeadlineConfig, YAML)
     assert cfg.workloads == ["poisson", "google_v2_like"]
     assert (cfg.n_servers, cfg.interface, cfg.test_seeds) == (50, "branching", 50)

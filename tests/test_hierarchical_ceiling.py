@@ -1,4 +1,4 @@
-"""The clairvoyant supervisor (issue 15's ceiling): copies are independent, one sub-agent
+"""The clairvoyant supervisor (the hierarchy's ceiling): copies are independent, one sub-agent
 reproduces it exactly, and the rollout is never below its base sub-agent."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17 learner speed: the faster BDQ learner computes what the old one computed.
+"""Learner speed: the faster BDQ learner computes what the old one computed.
 
 The old forward passes and RLlib's stock optimizer path live on as
 ``cloudrl.algorithms.bdq.reference``; here both learners get the same weights and the
@@ -88,7 +88,7 @@ def test_branch_feasibility_gather_matches_the_loop(sizes: list[int], seed: int,
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_mlp_relu_in_place_same_values_and_gradients(activation: str) -> None:
     """ReLU runs in place on its Linear's output (one allocation and pass fewer per
-    layer, issue 17); values and gradients equal the out-of-place network's."""
+    layer); values and gradients equal the out-of-place network's."""
     torch.manual_seed(0)
     net = head(6, (16, 16), 3, activation)
     acts = [m for m in net if not isinstance(m, nn.Linear)]
@@ -159,7 +159,7 @@ def test_parameters_after_k_updates_match_the_reference(env: ClusterBranchingEnv
 def test_next_state_passes_record_no_autograd_graph(env: ClusterBranchingEnv,
                                                     batch: dict) -> None:
     """Only Q(s, .) back-propagates: the next-state Qs (argmax pick, bootstrap) carry no
-    graph, so backward runs over B observations, not 2B (failed before issue 17)."""
+    graph, so backward runs over B observations, not 2B (failed with the original learner)."""
     new, _ = learner_pair(env)
     out = new.module[DEFAULT_MODULE_ID].forward_train(batch)
     assert out[QF_PREDS].requires_grad

@@ -1,4 +1,4 @@
-"""CQL-Lagrangian learner (issue 14): losses by hand, λ's direction, a tiny constrained MDP."""
+"""CQL-Lagrangian learner: losses by hand, λ's direction, a tiny constrained MDP."""
 
 from __future__ import annotations
 

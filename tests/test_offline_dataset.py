@@ -1,4 +1,4 @@
-"""Offline datasets (issue 14): the cost column, ε-noised behaviour, summaries, errors."""
+"""Offline datasets: the cost column, ε-noised behaviour, summaries, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CQL-Lagrangian fixes (issue 14): BCQ's action filter, the BC head, the upward cost
+"""CQL-Lagrangian fixes: BCQ's action filter, the BC head, the upward cost
 penalty and the plain (saturating) dual ascent, each against a hand computation."""
 
 from __future__ import annotations

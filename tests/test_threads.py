@@ -1,4 +1,4 @@
-"""Torch threads follow the CPUs Ray gives each process (cloudrl.threads, issue 17 item 0)."""
+"""Torch threads follow the CPUs Ray gives each process (cloudrl.threads)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Preference alignment: demonstrations, preference-pair datasets, the safety-bound teacher,
-behaviour cloning and the reward model (issue 12).
+behaviour cloning and the reward model.
 
 Submodules are imported on demand (``from cloudrl.alignment.preferences import read_pairs``)
 so that importing the package stays cheap.

@@ -1,4 +1,4 @@
-"""The headline result (issue 13): tuned heuristic, learned policy, clairvoyant bound, one command.
+"""The headline result: tuned heuristic, learned policy, clairvoyant bound, one command.
 
 * :mod:`cloudrl.headline.tuning`: ``cloudrl tune-heuristic``, a Ray Tune sweep over
   ``PowerAwareConfig`` on the train seeds, and the tuned-parameters JSON it writes;

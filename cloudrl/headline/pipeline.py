@@ -1,4 +1,4 @@
-"""``cloudrl headline``: the whole issue-13 experiment, per workload, in one command.
+"""``cloudrl headline``: the whole headline experiment, per workload, in one command.
 
 1. **Tune** ``power_aware`` on the train seeds (``cloudrl.headline.tuning``), or reuse
    the JSON a previous run wrote (``--reuse``).

@@ -1,9 +1,9 @@
 """The headline table: per policy mean ± 95% CI, paired differences vs the tuned heuristic,
-the share of the heuristic-to-bound gap closed, whether the issue's goal is met; plots.
+the share of the heuristic-to-bound gap closed, whether the headline goal is met; plots.
 
 Paired statistics compare two policies seed by seed on the same test episodes: the
 mean of the per-seed differences with its 95% t interval (``cloudrl.metrics.summarize``).
-The goal (issue 13) for the learned policy against the tuned heuristic: energy
+The headline goal for the learned policy against the tuned heuristic: energy
 difference CI entirely below 0, violation-rate difference CI upper bound at most
 ``violation_margin_pp`` percentage points, and at least ``gap_goal`` of the gap to
 the clairvoyant bound closed (on at least one workload, judged over the workloads).
@@ -43,7 +43,7 @@ def policy_rows(episodes: dict[str, list[EpisodeMetrics]], bound_kwh: Sequence[f
                 ) -> list[dict[str, Any]]:
     """One row per policy, one for the bound and (with ``offered_kwh``) one for the
     offered-work reference (``cloudrl.lower_bound.offered_load``); ``episodes`` per policy
-    in seed order. ``gap_closed`` is measured against the bound (the issue's goal),
+    in seed order. ``gap_closed`` is measured against the bound (the headline goal),
     ``gap_closed_offered`` against the offered-work reference."""
     ref = episodes[REFERENCE]
     seeds = [e.seed for e in ref]

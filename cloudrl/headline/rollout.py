@@ -3,8 +3,8 @@
 Bertsekas' rollout (one step of policy iteration) with a base policy: at a decision,
 try every preset ``p`` on a copy of the env (``p`` for this block, then the base preset 0
 for ``horizon`` more ticks), score each by the summed env reward, act with the best.
-``experiments/probe_rollout.py`` runs it (issue 13: what a state-dependent preset choice
-could gain over the heuristic).
+``experiments/probe_rollout.py`` runs it (what a state-dependent preset choice could gain
+over the heuristic).
 
 * :func:`clone_env` copies a :class:`envs.gated_env.GatedControllerEnv` (simulator,
   branching env, observation builder, controller state). It shares (does not copy) what
@@ -131,7 +131,7 @@ def choose(scores: np.ndarray, rule: str = "mean", base: int = 0) -> int:
     ``base``, then to the lowest index). ``"consistent"``: the best mean among choices that
     beat ``base`` in every future, else ``base`` (guards against picking the noise of M
     sampled futures: the max of P noisy estimates is biased up). ``base`` is preset 0 for
-    the gated env; issue 15's ceiling passes its base sub-agent."""
+    the gated env; the clairvoyant supervisor passes its base sub-agent."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     mean = scores.mean(axis=0)

@@ -1,2 +1,2 @@
-"""Offline constrained agent (issue 14): logged datasets with a per-step cost, their
+"""Offline constrained agent: logged datasets with a per-step cost, their
 summaries, and the ``cloudrl offline record|train|evaluate`` commands."""

@@ -1,4 +1,4 @@
-"""The BDQ learner as it was before the issue-17 speed work, kept as a reference.
+"""The BDQ learner as it was before the learner speed work, kept as a reference.
 
 ``ReferenceBDQConfig`` builds ``ReferenceBDQModule`` + ``ReferenceBDQLearner``: the same
 parameters (names, shapes, initialisation, so state dicts load both ways) and the same
@@ -74,7 +74,7 @@ def reference_trunk(trunk: nn.Sequential, obs: dict[str, torch.Tensor]) -> torch
 
 
 class ReferenceBDQModule(BDQTorchRLModule):
-    """``BDQTorchRLModule`` with the pre-issue-17 forward passes (same parameters)."""
+    """``BDQTorchRLModule`` with the original (pre-speed-work) forward passes (same parameters)."""
 
     def representation(self, batch: dict[str, Any]) -> torch.Tensor:
         return reference_trunk(self.trunk, batch[Columns.OBS])

@@ -1,4 +1,4 @@
-"""Offline constrained agent: discrete CQL + cost critic + Lagrangian (issue 14)."""
+"""Offline constrained agent: discrete CQL + cost critic + Lagrangian."""
 
 from cloudrl.algorithms.cql_lag.cql_lag import CQLLag, CQLLagConfig
 

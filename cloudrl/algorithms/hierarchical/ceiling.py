@@ -1,6 +1,6 @@
 """A clairvoyant supervisor: how much can switching among given sub-agents gain at all?
 
-Issue 15's goal asks a learned supervisor to beat each of its own sub-agents. Before
+The hierarchical goal asks a learned supervisor to beat each of its own sub-agents. Before
 training one, this measures what *any* supervisor over a set of sub-agents could reach:
 Bertsekas' rollout with the true future. At each supervisor decision (every ``k``
 ticks) every sub-agent ``i`` is played on an independent copy of the env and of all the
@@ -85,7 +85,7 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
     the state already holds (queue, running jobs and their finish ticks): the gain that
     survives it comes from the present state, not from knowing the arrivals.
     ``keep_observations`` also keeps each decision's whole observation (macro, servers, jobs
-    flattened), what a per-tick policy such as issue 14's offline agent sees."""
+    flattened), what a per-tick policy such as the offline constrained agent sees."""
     from cloudrl.headline.rollout import FUTURES, RULES, choose, resample_future
 
     if futures not in FUTURES:
