@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.headline import cli as headline_cli
 from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
+from cloudrl.quiet import quiet_environment, quiet_library_logs
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
@@ -208,8 +211,8 @@ HEADLINE_NOTE = (
     "Headline (N=50, branching, 50 test seeds): not reached - `cloudrl headline` (60k gated "
     "decisions per workload, 18 min on 2 cores): the learned gate ties the tuned power_aware "
     "(0.00 kWh on poisson, -0.02 +- 0.05 on google_v2_like), and closing 30% of the gap to the "
-    "clairvoyant bound is out of reach of a policy that serves its work (README, Headline "
-    "result); reproduce with `cloudrl headline --config experiments/headline.yaml`.")
+    "clairvoyant bound is out of reach of a policy that serves its work (docs: "
+    "results/headline.md); reproduce with `cloudrl headline --config experiments/headline.yaml`.")
 
 
 def demo_hparams(env_steps: int) -> dict[str, Any]:
@@ -226,6 +229,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from cloudrl.training import TrainConfig
     from envs.sim_config import SimConfig
 
+    started = time.monotonic()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    quiet_environment()  # before Ray starts, so its workers inherit it
     envs = TrainConfig.model_fields["envs_per_runner"].default
     ticks = SimConfig.model_fields["episode_length"].default
     steps = -(-ticks // DEMO_DECISION_EVERY)  # decisions per episode
@@ -252,7 +258,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                  out=None, sweep_id=None, no_log=False)
     code = code or _cmd_compare(compare)
     print(f"\n{HEADLINE_NOTE}")
+    result = getattr(compare, "result", None)
+    if not code and result is not None and (args.report_md or args.report_img):
+        _write_demo_report(args, result, time.monotonic() - started, load)
     return code
+
+
+def _write_demo_report(args: argparse.Namespace, result: dict[str, Any], wall_s: float,
+                       load: tuple[float, ...] | None) -> None:
+    """The demo's tables as a markdown page and its picture (``--report-md``/``--report-img``)."""
+    from cloudrl.compare import LEARNED_NOTE
+    from cloudrl.demo_report import DemoReport, machine_line, today, write_report
+    from cloudrl.evaluate import format_table
+
+    sections = [(result["titles"][group], format_table(rows, markdown=True))
+                for group, rows in result["tables"].items()]
+    flags = "" if args.n_servers == 15 and args.workload == "poisson" else \
+        f" --workload {args.workload} --n-servers {args.n_servers}"
+    report = DemoReport(title="What the demo prints", command=f"cloudrl demo{flags}",
+                        sections=sections, notes=[LEARNED_NOTE], wall_s=wall_s,
+                        machine=machine_line(load), date=today())
+    pareto = next((p for p in result["paths"] if Path(p).name == "pareto.png"), None)
+    for path in write_report(report, args.report_md or Path(args.report_img).with_suffix(".md"),
+                             pareto if args.report_img else None, args.report_img):
+        print(f"wrote {path}")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -307,6 +336,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out_dir = args.out or str(Path("results") / "compare" / args.experiment)
     out = run_compare(args.experiment, args.tracking_uri, out_dir, args.sweep_id,
                       log_to_mlflow=not args.no_log)
+    args.result = out  # the demo reads the tables back for its report
     for group, text in out["text"].items():
         print(f"\n{out['titles'][group]}  (sweep {', '.join(out['sweeps'])})")
         print(text)
@@ -389,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tracking-uri",
                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                            "sqlite:///$PWD/mlflow.db)")
+    demo.add_argument("--report-md", metavar="FILE",
+                      help="also write the printed tables as a markdown page, with the "
+                           "command, duration and machine (e.g. docs/results/demo.md)")
+    demo.add_argument("--report-img", metavar="FILE",
+                      help="also copy the energy-vs-violations picture there "
+                           "(e.g. docs/img/demo.png)")
     demo.set_defaults(func=_cmd_demo)
 
     tr = sub.add_parser("train", help="train a masked PPO, DQN, APPO, IMPALA (flat) or BDQ "
@@ -473,6 +509,7 @@ def _one_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_library_logs()
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as e:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SETUP_HOOK = "cloudrl.ray_utils.quiet_worker_exit"
+SETUP_HOOK = "cloudrl.quiet.quiet_worker"  # quiet_worker_exit + library log filters
 
 
 def auth_token_path() -> Path:
