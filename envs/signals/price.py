@@ -41,11 +41,11 @@ from envs.signals.timebase import TickClock, ar1
 
 # Relative hourly shapes (value at hour h + 0.5), normalised to mean 1 below.
 _WEEKDAY = np.array([
-    0.88, 0.83, 0.80, 0.79, 0.80, 0.86, 1.00, 1.12, 1.16, 1.10, 1.02, 0.97,
-    0.92, 0.90, 0.92, 0.97, 1.05, 1.15, 1.22, 1.20, 1.11, 1.03, 0.98, 0.91])
+    0.90, 0.86, 0.83, 0.82, 0.83, 0.88, 1.00, 1.10, 1.14, 1.08, 1.02, 0.97,
+    0.93, 0.92, 0.93, 0.97, 1.04, 1.13, 1.19, 1.17, 1.09, 1.03, 0.98, 0.92])
 _WEEKEND = np.array([
-    0.95, 0.90, 0.87, 0.85, 0.84, 0.85, 0.88, 0.92, 0.96, 0.97, 0.94, 0.88,
-    0.82, 0.80, 0.83, 0.90, 1.00, 1.12, 1.22, 1.24, 1.18, 1.10, 1.05, 0.98])
+    0.96, 0.92, 0.89, 0.87, 0.86, 0.87, 0.90, 0.93, 0.97, 0.97, 0.95, 0.90,
+    0.85, 0.83, 0.86, 0.92, 1.00, 1.10, 1.19, 1.20, 1.15, 1.08, 1.04, 0.98])
 WEEKDAY_SHAPE = _WEEKDAY / _WEEKDAY.mean()
 WEEKEND_SHAPE = _WEEKEND / _WEEKEND.mean()
 
@@ -53,7 +53,7 @@ WEEKEND_SHAPE = _WEEKEND / _WEEKEND.mean()
 TARGETS = {
     "negative_hour_share": (0.015, 0.05),
     "weekend_over_weekday": (0.72, 0.9),
-    "weekday_peak_over_trough": (1.35, 1.75),   # of the mean weekday hourly profile
+    "weekday_peak_over_trough": (1.4, 1.9),     # of the mean weekday hourly profile
     "spike_hour_share": (0.002, 0.02),          # hours above 2.5 x the mean
 }
 
