@@ -1,0 +1,306 @@
+"""The labelling service: FastAPI, one SQLite file, the page and its JSON API.
+
+Pages (static, no build step): ``GET /`` the labelling page, ``GET /admin`` the quality
+page; their script and style under ``/static/``. API (``Authorization: Bearer <token>``
+on every ``/api`` call; no cookies, so no request can ride on a browser's ambient
+credentials and forms need no CSRF token):
+
+* ``GET /api/me``: who the token belongs to;
+* ``GET /api/next``: the operator's task (two segment views, left and right) or
+  ``{"task": null}`` when nothing is waiting for them;
+* ``POST /api/labels`` ``{"assignment_id", "choice": "a"|"b"|"equal"|"skip",
+  "note"?, "time_taken_ms"}``: store a label (``a`` = the left side as shown); the
+  answer carries the next task, so the page shows it at once. Rate-limited per operator
+  (token bucket, 429 with ``Retry-After``);
+* admin token only: ``GET /api/admin/stats`` (queue, strata, per-operator quality,
+  Krippendorff's alpha, Cohen's kappa), ``GET /api/admin/votes`` (majority answers),
+  ``POST /api/admin/gold`` ``{"pair_id", "answer"}``.
+
+Errors are 4xx with one line in ``detail``: 401 for a missing or wrong token (nothing is
+changed), 403 for a non-admin on an admin call, 404/409 for an unknown or already
+labelled task, 413 for a body over ``max_body_bytes``, 422 for a malformed one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cloudrl.labelling import ui
+from cloudrl.labelling.db import connect
+from cloudrl.labelling.quality import QualityConfig, quality_report
+from cloudrl.labelling.queue import (
+    QueueConfig,
+    TaskError,
+    TaskQueue,
+    queue_counts,
+    set_gold,
+    strata_counts,
+)
+from cloudrl.labelling.tokens import Operator, hash_token, operator_for_token
+
+
+@dataclass
+class ServeConfig:
+    """The service's settings (defaults run, given ``db``)."""
+
+    db: str = "results/labelling/labels.db"
+    host: str = "127.0.0.1"
+    port: int = 18100
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    rate_per_s: float = 2.0
+    rate_burst: int = 10
+    max_body_bytes: int = 16_384
+    max_note_chars: int = 2000
+    token_cache_s: float = 10.0
+
+
+class LabelIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    assignment_id: int = Field(ge=1, le=2**62)
+    choice: Literal["a", "b", "equal", "skip"]
+    note: str | None = Field(default=None, max_length=2000)
+    time_taken_ms: int = Field(default=0, ge=0, le=86_400_000)
+
+
+class GoldIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pair_id: int = Field(ge=1, le=2**62)
+    answer: Literal["a", "b", "equal"] | None
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers or {}
+
+
+class TokenBucket:
+    """Per-key token buckets: ``rate`` per second, ``burst`` at most."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._state: dict[Any, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: Any, now: float | None = None) -> float:
+        """0.0 when allowed, else the seconds until the next token."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            tokens, last = self._state.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens >= 1.0:
+                self._state[key] = (tokens - 1.0, now)
+                return 0.0
+            self._state[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate if self.rate > 0 else 60.0
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(send)
+            return
+        seen = 0
+        refused = False
+
+        async def counted() -> dict:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    refused = True
+                    raise ApiError(413, f"body: over {self.max_bytes} bytes")
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except ApiError:
+            if refused:
+                await self._refuse(send)
+            else:
+                raise
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps({"detail": f"body: over {self.max_bytes} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _task_json(task: dict[str, Any] | None) -> str:
+    if task is None:
+        return "null"
+    return (f'{{"assignment_id":{task["assignment_id"]},"expires_at":{task["expires_at"]:.3f},'
+            f'"left":{task["left"]},"right":{task["right"]}}}')
+
+
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; "
+                               "frame-ancestors 'none'; form-action 'self'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def create_app(cfg: ServeConfig) -> FastAPI:
+    """The app on ``cfg.db`` (opened now: a bad path raises DatabaseError here)."""
+    write_conn = connect(cfg.db)
+    queue = TaskQueue(write_conn, cfg.queue)
+    local = threading.local()
+    bucket = TokenBucket(cfg.rate_per_s, cfg.rate_burst)
+    token_cache: dict[str, tuple[Operator, float]] = {}
+
+    def reader():
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = connect(cfg.db)
+        return conn
+
+    def operator(request: Request, admin: bool = False) -> Operator:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "missing token: send 'Authorization: Bearer <token>'",
+                           {"www-authenticate": "Bearer"})
+        token = token.strip()
+        key = hash_token(token)
+        now = time.monotonic()
+        hit = token_cache.get(key)
+        op = hit[0] if hit and hit[1] > now else operator_for_token(reader(), token)
+        if op is None:
+            raise ApiError(401, "invalid token", {"www-authenticate": "Bearer"})
+        token_cache[key] = (op, now + cfg.token_cache_s)
+        if admin and not op.is_admin:
+            raise ApiError(403, "this call needs an admin token")
+        return op
+
+    app = FastAPI(title="cloudrl labelling", docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json")
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        return JSONResponse({"detail": f"{loc}: {err.get('msg', 'invalid')}"}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.detail)}, exc.status_code)
+
+    @app.middleware("http")
+    async def _headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        for k, v in SECURITY_HEADERS.items():
+            if k == "cache-control" and request.url.path.startswith("/static/"):
+                v = "public, max-age=300"
+            response.headers.setdefault(k, v)
+        return response
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(ui.LABEL_HTML)
+
+    @app.get("/admin", response_class=HTMLResponse, include_in_schema=False)
+    def admin_page() -> HTMLResponse:
+        return HTMLResponse(ui.ADMIN_HTML)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        asset = ui.ASSETS.get(name)
+        if asset is None:
+            raise ApiError(404, f"static/{name}: no such file")
+        return Response(asset[1], media_type=asset[0])
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get("/api/me")
+    def me(request: Request) -> dict[str, Any]:
+        op = operator(request)
+        n = reader().execute("SELECT COUNT(*) FROM labels WHERE operator_id = ?",
+                             (op.id,)).fetchone()[0]
+        return {"name": op.name, "admin": op.is_admin, "labels": n}
+
+    @app.get("/api/next")
+    def next_task(request: Request) -> Response:
+        op = operator(request)
+        task = queue.next_task(op.id)
+        return Response(f'{{"task":{_task_json(task)}}}', media_type="application/json")
+
+    @app.post("/api/labels")
+    def label(body: LabelIn, request: Request) -> Response:
+        op = operator(request)
+        wait = bucket.take(op.id)
+        if wait > 0:
+            raise ApiError(429, f"too many labels: wait {wait:.1f} s",
+                           {"retry-after": str(max(1, int(wait + 0.999)))})
+        note = (body.note or "").strip()[:cfg.max_note_chars] or None
+        try:
+            stored = queue.submit(op.id, body.assignment_id, body.choice, note,
+                                  body.time_taken_ms)
+        except TaskError as e:
+            raise ApiError(e.status, e.reason) from None
+        task = queue.next_task(op.id)
+        return Response(f'{{"stored":{json.dumps(stored)},"task":{_task_json(task)}}}',
+                        media_type="application/json")
+
+    @app.get("/api/admin/stats")
+    def stats(request: Request) -> dict[str, Any]:
+        operator(request, admin=True)
+        conn = reader()
+        return {"queue": queue_counts(conn), "strata": strata_counts(conn),
+                "quality": quality_report(conn, cfg.quality)}
+
+    @app.get("/api/admin/votes")
+    def votes(request: Request) -> dict[str, Any]:
+        from cloudrl.labelling.export import voted_pairs
+        from cloudrl.labelling.quality import operator_table
+
+        operator(request, admin=True)
+        conn = reader()
+        flagged = {r["id"] for r in operator_table(conn, cfg.quality) if r["flagged"]}
+        return {"pairs": voted_pairs(conn, flagged)}
+
+    @app.post("/api/admin/gold")
+    def gold(body: GoldIn, request: Request) -> dict[str, Any]:
+        operator(request, admin=True)
+        try:
+            with queue.lock:
+                set_gold(write_conn, body.pair_id, body.answer)
+        except ValueError as e:
+            raise ApiError(404, str(e)) from None
+        return {"pair_id": body.pair_id, "gold": body.answer}
+
+    app.state.queue = queue
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
+    return app

@@ -1,0 +1,158 @@
+"""Quality control: gold accuracy, agreement, Krippendorff's alpha and Cohen's kappa.
+
+* Per operator: labels, skips, gold answered (skips on gold are not answers), gold
+  accuracy, agreement with others (over the pairs another operator also answered, the
+  share of other answers equal to theirs), median time taken.
+* An operator with at least ``min_gold_labels`` gold answers and a gold accuracy below
+  ``min_gold_accuracy`` is *flagged*: their labels stay in the store (``labels.flagged``
+  = 1) and the export leaves them out.
+* Overall: Krippendorff's alpha (nominal; the ``krippendorff`` package) on the
+  operators x pairs matrix of answers a / b / equal (skips missing), and Cohen's kappa,
+  the mean over operator pairs who answered at least ``min_common`` pairs in common
+  (each pair's kappa is listed too). Flagged operators are left out of both unless
+  ``include_flagged``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CODES = {"a": 0.0, "b": 1.0, "equal": 2.0}
+
+
+@dataclass
+class QualityConfig:
+    """Thresholds of the quality report (defaults run)."""
+
+    min_gold_accuracy: float = 0.7
+    min_gold_labels: int = 5
+    min_common: int = 2
+
+
+def answers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
+    """(operator_id, pair_id, choice) of every non-skip label."""
+    return [(int(o), int(p), str(c)) for o, p, c in conn.execute(
+        "SELECT operator_id, pair_id, choice FROM labels WHERE choice != 'skip'")]
+
+
+def cohen_kappa(x: list[str], y: list[str]) -> float:
+    """Cohen's kappa of two raters' answers to the same items (NaN when undefined)."""
+    if len(x) != len(y) or not x:
+        return math.nan
+    cats = sorted(set(x) | set(y))
+    n = len(x)
+    p_o = sum(a == b for a, b in zip(x, y, strict=True)) / n
+    p_e = sum((x.count(c) / n) * (y.count(c) / n) for c in cats)
+    if p_e >= 1.0:
+        return 1.0 if p_o >= 1.0 else math.nan
+    return (p_o - p_e) / (1.0 - p_e)
+
+
+def reliability_matrix(rows: list[tuple[int, int, str]]) -> tuple[list[int], list[int],
+                                                                  np.ndarray]:
+    """Operators x pairs, codes of :data:`CODES`, NaN where an operator did not answer."""
+    ops = sorted({o for o, _, _ in rows})
+    pairs = sorted({p for _, p, _ in rows})
+    oi = {o: i for i, o in enumerate(ops)}
+    pi = {p: i for i, p in enumerate(pairs)}
+    m = np.full((len(ops), len(pairs)), np.nan)
+    for o, p, c in rows:
+        m[oi[o], pi[p]] = CODES[c]
+    return ops, pairs, m
+
+
+def krippendorff_alpha(matrix: np.ndarray) -> float:
+    """Nominal alpha of a raters x units matrix (NaN when it is undefined)."""
+    import krippendorff
+
+    pairable = np.sum(~np.isnan(matrix), axis=0) >= 2
+    values = matrix[:, pairable]
+    if values.size == 0 or len(np.unique(values[~np.isnan(values)])) < 2:
+        return math.nan
+    try:
+        return float(krippendorff.alpha(reliability_data=values,
+                                        level_of_measurement="nominal"))
+    except (ValueError, ZeroDivisionError):
+        return math.nan
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 4)
+
+
+def operator_table(conn: sqlite3.Connection, cfg: QualityConfig) -> list[dict[str, Any]]:
+    """One row per operator (see the module docstring)."""
+    names = dict(conn.execute("SELECT id, name FROM operators"))
+    by_pair: dict[int, dict[int, str]] = {}
+    for o, p, c in answers(conn):
+        by_pair.setdefault(p, {})[o] = c
+    rows = []
+    for op_id, name in sorted(names.items()):
+        n, skips, gold_n, gold_ok = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(choice = 'skip'), 0), "
+            "COALESCE(SUM(gold_correct IS NOT NULL), 0), COALESCE(SUM(gold_correct), 0) "
+            "FROM labels WHERE operator_id = ?", (op_id,)).fetchone()
+        times = [r[0] for r in conn.execute(
+            "SELECT time_taken_ms FROM labels WHERE operator_id = ?", (op_id,))]
+        agree = total = 0
+        for votes in by_pair.values():
+            if op_id in votes:
+                others = [c for o, c in votes.items() if o != op_id]
+                agree += sum(c == votes[op_id] for c in others)
+                total += len(others)
+        acc = gold_ok / gold_n if gold_n else math.nan
+        flagged = gold_n >= cfg.min_gold_labels and acc < cfg.min_gold_accuracy
+        rows.append({"operator": name, "id": op_id, "labels": n, "skips": skips,
+                     "gold_answered": gold_n, "gold_accuracy": _num(acc),
+                     "agreement": _num(agree / total if total else math.nan),
+                     "compared": total,
+                     "median_time_s": _num(float(np.median(times)) / 1000 if times else math.nan),
+                     "flagged": bool(flagged)})
+    return rows
+
+
+def flag_labels(conn: sqlite3.Connection, flagged_ids: list[int]) -> None:
+    """``labels.flagged`` = 1 exactly for the labels of ``flagged_ids`` (one transaction)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("UPDATE labels SET flagged = 0")
+        conn.executemany("UPDATE labels SET flagged = 1 WHERE operator_id = ?",
+                         [(i,) for i in flagged_ids])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def quality_report(conn: sqlite3.Connection, cfg: QualityConfig | None = None, *,
+                   include_flagged: bool = False) -> dict[str, Any]:
+    """Operators, alpha, kappa (mean and per operator pair), counts."""
+    cfg = cfg or QualityConfig()
+    ops = operator_table(conn, cfg)
+    flagged = {r["id"] for r in ops if r["flagged"]}
+    rows = [r for r in answers(conn) if include_flagged or r[0] not in flagged]
+    op_ids, _, matrix = reliability_matrix(rows)
+    names = {r["id"]: r["operator"] for r in ops}
+    kappas = []
+    for i, j in itertools.combinations(range(len(op_ids)), 2):
+        both = ~np.isnan(matrix[i]) & ~np.isnan(matrix[j])
+        if both.sum() < cfg.min_common:
+            continue
+        inv = {v: k for k, v in CODES.items()}
+        x = [inv[v] for v in matrix[i, both]]
+        y = [inv[v] for v in matrix[j, both]]
+        kappas.append({"operators": [names[op_ids[i]], names[op_ids[j]]],
+                       "common": int(both.sum()), "kappa": _num(cohen_kappa(x, y))})
+    finite = [k["kappa"] for k in kappas if k["kappa"] is not None]
+    return {"operators": ops, "flagged": sorted(names[i] for i in flagged),
+            "krippendorff_alpha": _num(krippendorff_alpha(matrix)) if matrix.size else None,
+            "cohen_kappa_mean": _num(float(np.mean(finite))) if finite else None,
+            "cohen_kappa_pairs": kappas, "answers": len(rows),
+            "thresholds": {"min_gold_accuracy": cfg.min_gold_accuracy,
+                           "min_gold_labels": cfg.min_gold_labels}}
