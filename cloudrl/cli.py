@@ -14,6 +14,7 @@ from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
 from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.headline import cli as headline_cli
+from cloudrl.labelling import cli as label_cli
 from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
 from cloudrl.quiet import quiet_environment, quiet_library_logs
@@ -489,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace_import.register(sub)
     align_cli.register(sub)
+    label_cli.register(sub)
     offline_cli.register(sub)
     serve_cli.register(sub)
     headline_cli.register(sub)
