@@ -72,6 +72,20 @@ REAL_STATS = {
 }
 
 
+# The ranges the generator's defaults must land in (4 seeds x 364 days at 15-min ticks,
+# averaged to hours like the real series), next to the real value; checked by the tests.
+# Measured: mean 316, sd 102, daily swing 137, weekday-weekend 66, lag-1 h 0.985,
+# lag-24 h 0.63, mean profile lowest at 11:00 and highest at 18:00 (72 apart; real 75).
+GENERATOR_RANGES = {
+    "mean": (290.0, 340.0),               # real 313.4
+    "sd": (85.0, 130.0),                  # real 110.4 (per year)
+    "daily_swing_mean": (110.0, 160.0),   # real 133.4
+    "weekday_minus_weekend": (45.0, 85.0),  # real 65.5
+    "acf_1h": (0.975, 0.995),             # real 0.990
+    "acf_24h": (0.5, 0.8),                # real 0.689
+}
+
+
 def daily_profile(hours: np.ndarray, amplitude: float = 1.0) -> np.ndarray:
     """The fitted daily shape at fractional hours of day (periodic linear interpolation)."""
     prof = np.asarray(FIT.profile)

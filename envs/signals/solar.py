@@ -19,6 +19,7 @@ following the season at ~36 N) times a daily clearness index drawn from a Beta(2
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +47,21 @@ def tmy_kw_per_kwp(weather_file: str = "723170TYA.CSV", tilt_deg: float = 25.0,
                    temp_coeff_per_c: float = -0.0037) -> np.ndarray:
     """AC output in kW per kWp for each hour of pvlib's typical-year file (8,760 values)."""
     pvlib = _pvlib()
-    import pandas as pd
-
     path = Path(pvlib.__file__).parent / "data" / weather_file
     if not path.is_file():
         raise FileNotFoundError(f"solar_weather_file: {weather_file!r} is not in pvlib's data "
                                 f"folder ({path.parent})")
+    with warnings.catch_warnings():  # pvlib's own pandas deprecation notices
+        warnings.simplefilter("ignore")
+        return _tmy_kw_per_kwp(pvlib, path, weather_file, tilt_deg, azimuth_deg, system_loss,
+                               temp_coeff_per_c)
+
+
+def _tmy_kw_per_kwp(pvlib, path: Path, weather_file: str, tilt_deg: float,
+                    azimuth_deg: float, system_loss: float,
+                    temp_coeff_per_c: float) -> np.ndarray:
+    import pandas as pd
+
     data, meta = pvlib.iotools.read_tmy3(str(path), coerce_year=2021, map_variables=True)
     if len(data) != HOURS_PER_YEAR:
         raise ValueError(f"solar_weather_file: {weather_file} has {len(data)} hours, "
