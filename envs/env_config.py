@@ -4,6 +4,11 @@ Accepts the nested form (``{"sim": {...}, "workload": {"kind": "poisson", ...}}`
 and the shortcuts users type most: ``n_servers``, ``workload`` given as a kind
 name, and workload fields without a kind (those of the default, ``poisson``).
 RLlib hands envs an ``EnvContext`` (a dict); it goes through here.
+
+Validation also refuses a config whose episode would create more jobs, ticks or bytes
+than ``sim.limits`` allows (``envs.workloads.work_size``), naming the field. A trace
+workload is checked against its file when the file loads (read once per file version);
+a missing or invalid file is left to the checks that report files.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from envs.sim_config import SimConfig, StrictConfig
-from envs.workloads import PoissonConfig, WorkloadConfig
+from envs.workloads import PoissonConfig, WorkloadConfig, WorkSizeError, make_workload
+from envs.workloads.work_size import check_episode_work
 
 
 class EnvConfig(StrictConfig):
@@ -43,6 +49,17 @@ class EnvConfig(StrictConfig):
             # the default workload's fields without its kind (CLOUDRL__ENV__WORKLOAD__RATE=2)
             data["workload"] = {"kind": "poisson", **data["workload"]}
         return data
+
+    @model_validator(mode="after")
+    def _episode_fits_limits(self) -> EnvConfig:
+        try:
+            workload = make_workload(self.workload, self.sim.tick_seconds)
+        except WorkSizeError:
+            raise
+        except (OSError, ValueError):  # a trace file that does not load: reported elsewhere
+            return self
+        check_episode_work(self.sim, workload)
+        return self
 
     @classmethod
     def coerce(cls, config: EnvConfig | Mapping[str, Any] | None) -> EnvConfig:

@@ -57,9 +57,9 @@ class JobTable:
 class DeadlineConfig(StrictConfig):
     """SLA allowance: deadline = duration + max(min_slack, ceil(U(lo, hi) * duration))."""
 
-    slack_low: float = Field(default=0.5, ge=0)
-    slack_high: float = Field(default=2.0, ge=0)
-    min_slack: int = Field(default=5, ge=1)
+    slack_low: float = Field(default=0.5, ge=0, le=100, description="x duration")
+    slack_high: float = Field(default=2.0, ge=0, le=100, description="x duration")
+    min_slack: int = Field(default=5, ge=1, le=1_000_000, description="ticks")
 
     @model_validator(mode="after")
     def _ordered(self) -> DeadlineConfig:

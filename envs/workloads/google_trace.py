@@ -29,6 +29,9 @@ as a ``Workload``.
 * Malformed rows raise :class:`TraceFormatError` naming file, 1-based line and field;
   with ``skip_malformed=True`` they are skipped and counted per file. Integers are
   plain ASCII digits (no spaces, signs or ``_``), timestamps at most 2**63-1.
+* A trace spans at most :data:`MAX_TRACE_SPAN_US` (10 years) between its first and last
+  real timestamp, so every duration and arrival is at most that too; a longer span (a
+  typo'd timestamp near 2**62) is refused naming the two timestamps.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ N_COLUMNS = 13
 BEFORE_START_US = 0
 AFTER_END_US = 2**63 - 1
 REQUEST_FLOOR = 1e-4
+MAX_TRACE_SPAN_US = 3652 * 86_400 * 10**6  # ~10 years (3652 days) in microseconds, 3.2e14
 FORMAT_TAG = "cloudrl-trace-v1"
 
 _UPDATES = frozenset({UPDATE_PENDING, UPDATE_RUNNING})
@@ -140,12 +144,18 @@ class TraceJobs:
             raise ValueError("TraceJobs.arrival_us: must be sorted and start at 0")
         if np.any(self.duration_us <= 0):
             raise ValueError("TraceJobs.duration_us: every duration must be > 0")
+        if np.any(self.duration_us > MAX_TRACE_SPAN_US):
+            raise ValueError(f"TraceJobs.duration_us: {int(self.duration_us.max())} us is "
+                             f"longer than {MAX_TRACE_SPAN_US} us (10 years)")
         for name in ("cpu", "mem"):
             values = getattr(self, name)
             if np.any(~(values > 0)) or np.any(values > 1):
                 raise ValueError(f"TraceJobs.{name}: requests must lie in (0, 1]")
         if self.span_us <= self.arrival_us[-1]:
             raise ValueError(f"TraceJobs.span_us ({self.span_us}) must exceed the last arrival")
+        if self.span_us > MAX_TRACE_SPAN_US:
+            raise ValueError(f"TraceJobs.span_us: {self.span_us} us is longer than "
+                             f"{MAX_TRACE_SPAN_US} us (10 years)")
 
     def __len__(self) -> int:
         return len(self.arrival_us)
@@ -326,6 +336,11 @@ def parse_task_events(paths: Iterable[str | os.PathLike[str]], *,
     events: dict[tuple[int, int], list[_Event]] = {}
     for path in sorted(files, key=str):
         _read_file(path, events, report, skip_malformed)
+    if report.span_us > MAX_TRACE_SPAN_US:
+        raise TraceFormatError(
+            f"timestamps span {report.span_us} us (from {report.first_timestamp_us} to "
+            f"{report.last_timestamp_us}), more than a trace may: {MAX_TRACE_SPAN_US} us "
+            f"(10 years); only 2**63-1 may mark the trace's end")
     report.tasks_seen = len(events)
     reduced = (_reduce_task(events.pop(key), report) for key in sorted(events))
     kept = [job for job in reduced if job is not None]

@@ -25,16 +25,18 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from envs.sim_config import StrictConfig
+from envs.snapshot import MAX_TICKS
 from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_deadlines
 
 
 class _WorkloadBase(StrictConfig):
 
-    rate: float = Field(default=0.8, gt=0, description="mean arrivals per tick")
+    rate: float = Field(default=0.8, gt=0, le=100_000, description="mean arrivals per tick")
     load: float | None = Field(default=0.45, gt=0, le=2.0,
                                description="target offered CPU load of the fleet")
-    duration_mean: float = Field(default=30.0, ge=1, description="ticks, used when load is None")
-    max_duration: int = Field(default=5000, ge=1, description="duration clip, ticks")
+    duration_mean: float = Field(default=30.0, ge=1, le=MAX_TICKS,
+                                 description="ticks, used when load is None")
+    max_duration: int = Field(default=5000, ge=1, le=MAX_TICKS, description="duration clip, ticks")
     deadline: DeadlineConfig = Field(default_factory=DeadlineConfig)
 
 
@@ -42,11 +44,14 @@ class PoissonConfig(_WorkloadBase):
     """Homogeneous Poisson arrivals, uniform CPU demand, correlated memory, lognormal durations."""
 
     kind: Literal["poisson"] = "poisson"
-    cpu_low: float = Field(default=0.05, gt=0, le=1)
-    cpu_high: float = Field(default=0.45, gt=0, le=1)
-    mem_ratio_low: float = Field(default=0.5, gt=0)
-    mem_ratio_high: float = Field(default=1.5, gt=0)
-    duration_sigma: float = Field(default=0.6, ge=0, description="lognormal sigma of durations")
+    cpu_low: float = Field(default=0.05, ge=0.001, le=1,
+                           description="share of the largest server's cores")
+    cpu_high: float = Field(default=0.45, ge=0.001, le=1)
+    mem_ratio_low: float = Field(default=0.5, ge=0.001, le=1000,
+                                 description="memory share / CPU share")
+    mem_ratio_high: float = Field(default=1.5, ge=0.001, le=1000)
+    duration_sigma: float = Field(default=0.6, ge=0, le=4,
+                                  description="lognormal sigma of durations")
 
     @model_validator(mode="after")
     def _ordered(self) -> PoissonConfig:
@@ -62,16 +67,16 @@ class GoogleV2LikeConfig(_WorkloadBase):
 
     kind: Literal["google_v2_like"] = "google_v2_like"
     load: float | None = Field(default=0.35, gt=0, le=2.0)
-    cpu_median: float = Field(default=0.025, gt=0, le=1)
-    cpu_sigma: float = Field(default=1.0, ge=0)
-    mem_to_cpu_median: float = Field(default=0.8, gt=0)
-    mem_to_cpu_sigma: float = Field(default=0.6, ge=0)
-    duration_sigma: float = Field(default=1.5, ge=0)
+    cpu_median: float = Field(default=0.025, ge=0.001, le=1)
+    cpu_sigma: float = Field(default=1.0, ge=0, le=4)
+    mem_to_cpu_median: float = Field(default=0.8, ge=0.001, le=1000)
+    mem_to_cpu_sigma: float = Field(default=0.6, ge=0, le=4)
+    duration_sigma: float = Field(default=1.5, ge=0, le=4)
     diurnal_amplitude: float = Field(default=0.4, ge=0, lt=1)
-    diurnal_period: int = Field(default=1440, ge=1, description="ticks per day")
-    burst_factor: float = Field(default=3.0, ge=1)
+    diurnal_period: int = Field(default=1440, ge=1, le=MAX_TICKS, description="ticks per day")
+    burst_factor: float = Field(default=3.0, ge=1, le=100)
     burst_enter_prob: float = Field(default=0.01, ge=0, le=1)
-    burst_mean_length: float = Field(default=20.0, ge=1)
+    burst_mean_length: float = Field(default=20.0, ge=1, le=1_000_000)
 
 
 def _mean_duration(cfg: _WorkloadBase, mean_cpu: float, fleet: FleetCapacity) -> float:
