@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cloudrl import serve_cli, trace_import
+from cloudrl import serve_cli, signals_cli, trace_import
 from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
 from cloudrl.config_loader import ConfigError, load_config
@@ -490,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace_import.register(sub)
     align_cli.register(sub)
+    signals_cli.register(sub)
     label_cli.register(sub)
     offline_cli.register(sub)
     serve_cli.register(sub)

@@ -116,10 +116,15 @@ def test_pvlib_solar_on_the_measured_typical_year():
     assert np.all(days[:, :5] == 0) and np.all(days[:, 21:] == 0)          # dark at night
     assert 11 <= int(np.argmax(days.mean(0))) <= 13
     cfg = SignalConfig(solar_kwp=200, start_date="2020-06-01")
+    hourly_ticks = make_signals(cfg, 48, 3600, 0)
+    # hourly ticks are the typical year's hours (1 June 2020 = day 151 of the 365-day year)
+    np.testing.assert_allclose(hourly_ticks.solar_kw[:24], 200 * days[151])
     s = make_signals(cfg, 2 * 288, 300, 0)
     assert s.solar_kw.max() <= 200 / 1.2 + 1e-9  # the inverter clips at the AC rating
-    # 5-min ticks average back to the hourly typical-year values (1 June = day 151)
-    np.testing.assert_allclose(s.solar_kw.reshape(-1, 12).mean(1)[:24], 200 * days[151])
+    # 5-min ticks interpolate between hour midpoints: the day's energy is kept within 2 %
+    np.testing.assert_allclose(s.solar_kw[:288].sum() / 12, 200 * days[151].sum(), rtol=0.02)
+    steepest_hour = np.max(np.abs(np.diff(hourly_ticks.solar_kw)))
+    assert np.max(np.abs(np.diff(s.solar_kw))) < 0.5 * steepest_hour
 
 
 def test_synthetic_solar_is_a_daytime_bell():

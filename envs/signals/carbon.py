@@ -9,7 +9,8 @@ Model, evaluated at every tick's midpoint::
   periodically): a night plateau, a morning bump, the midday solar trough (-39 at 11:00)
   and the evening peak (+36 at 18:00); ``a`` scales it (``carbon_daily_amplitude``).
 * weekday offset: weekdays are ``weekend_drop`` dirtier than weekends; the offsets
-  (+2/7, -5/7 of it) keep the weekly mean at ``mean``.
+  (+2/7, -5/7 of it) keep the weekly mean at ``mean``; the switch ramps over 6 h around
+  midnight (:meth:`TickClock.weekend_weight`).
 * ``slow``: an Ornstein-Uhlenbeck process (weather: wind fronts lasting days).
 * ``fast``: a smooth (critically damped, two cascaded first-order filters) process for the
   within-day deviations; its autocorrelation is ``(1 + k/tau) exp(-k/tau)``.
@@ -115,9 +116,8 @@ def carbon_components(clock: TickClock, rng_slow: np.random.Generator,
 def generate_carbon(clock: TickClock, cfg, slow: np.ndarray, fast: np.ndarray) -> np.ndarray:
     """Carbon intensity per tick from the config's parameters and unit noise paths."""
     hours = clock.hour_of_day()
-    weekend = clock.is_weekend()
     drop = cfg.carbon_weekend_drop_g_per_kwh
-    offset = np.where(weekend, -drop * 5.0 / 7.0, drop * 2.0 / 7.0)
+    offset = drop * (2.0 / 7.0 - clock.weekend_weight())
     x = (cfg.carbon_mean_g_per_kwh + daily_profile(hours, cfg.carbon_daily_amplitude)
          + offset + cfg.carbon_slow_sd_g_per_kwh * slow + cfg.carbon_fast_sd_g_per_kwh * fast)
     return soft_floor(x, cfg.carbon_floor_g_per_kwh)

@@ -12,7 +12,8 @@ then spikes and negative episodes overwrite it.
   flatter one for weekends (no morning peak, deeper midday dip); each has mean 1;
   ``price_daily_amplitude`` scales its deviation from 1.
 * ``L``: weekend level ``price_weekend_factor`` times the weekday level, the week's mean
-  kept at ``M`` (``price_mean_usd_per_mwh``).
+  kept at ``M`` (``price_mean_usd_per_mwh``); level and shape blend over 6 h around the
+  weekend's midnights.
 * ``y``: an AR(1)/OU log-price noise (correlation time ``price_noise_hours``); ``z`` the
   carbon generator's slow (weather) component, standardised, so windy days are cheap and
   clean together (``price_carbon_correlation``).
@@ -65,8 +66,10 @@ def _shape(hours: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def tou_shape(hours: np.ndarray, weekend: np.ndarray, amplitude: float = 1.0) -> np.ndarray:
-    """The time-of-use factor (mean 1 over a day) at fractional hours of day."""
-    s = np.where(weekend, _shape(hours, WEEKEND_SHAPE), _shape(hours, WEEKDAY_SHAPE))
+    """The time-of-use factor (mean 1 over a day) at fractional hours of day; ``weekend``
+    is the weekend weight (0 = weekday shape, 1 = weekend shape, blends in between)."""
+    w = np.asarray(weekend, dtype=np.float64)
+    s = (1.0 - w) * _shape(hours, WEEKDAY_SHAPE) + w * _shape(hours, WEEKEND_SHAPE)
     return 1.0 + amplitude * (s - 1.0)
 
 
@@ -103,10 +106,10 @@ def generate_price(clock: TickClock, cfg, driver: np.ndarray,
     rng_noise, rng_spike, rng_neg = (np.random.default_rng(s) for s in
                                      rng.bit_generator.seed_seq.spawn(3))
     hours = clock.hour_of_day()
-    weekend = clock.is_weekend()
+    weekend = clock.weekend_weight()
     f = cfg.price_weekend_factor
     weekday_level = 7.0 / (5.0 + 2.0 * f)
-    level = np.where(weekend, f * weekday_level, weekday_level)
+    level = weekday_level * (1.0 + (f - 1.0) * weekend)
     dt_h = clock.tick_seconds / 3600.0
     y = ar1(rng_noise, clock.n_ticks, float(np.exp(-dt_h / cfg.price_noise_hours)))
     rho = cfg.price_carbon_correlation

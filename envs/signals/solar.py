@@ -9,7 +9,8 @@ glass/polymer), DC power by PVWatts (``pvlib.pvsystem.pvwatts_dc``) less the sys
 losses, AC by the PVWatts inverter model with a DC/AC ratio of 1.2. The result is kW per
 kWp for the 8,760 hours of the typical year (hour ``i`` covers ``[i, i+1)`` h local
 standard time from 1 January), mapped onto the series' calendar by day of year and hour
-(the typical year repeats; 29 February reuses 1 March's weather) and averaged over ticks.
+(the typical year repeats; 29 February reuses 1 March's weather), averaged over ticks of
+an hour or more, interpolated linearly between the hours' midpoints for shorter ticks.
 
 ``synthetic`` source: a clear-sky bell between sunrise and sunset (day length and peak
 following the season at ~36 N) times a daily clearness index drawn from a Beta(2.5, 1.2)
@@ -114,7 +115,10 @@ def pvlib_solar(clock: TickClock, cfg) -> np.ndarray:
         y = y + 1
     values = np.concatenate(years)
     times = _year_start_s(first) + 3600.0 * np.arange(values.size)
-    return step_mean(times, values, 3600.0, t0, clock.tick_seconds, clock.n_ticks)
+    if clock.tick_seconds >= 3600.0:
+        return step_mean(times, values, 3600.0, t0, clock.tick_seconds, clock.n_ticks)
+    # shorter ticks: interpolate linearly between the hours' midpoints (no hourly steps)
+    return np.interp(t0 + clock.seconds_since_start(), times + 1800.0, values)
 
 
 def synthetic_solar(clock: TickClock, rng: np.random.Generator) -> np.ndarray:

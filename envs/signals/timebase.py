@@ -12,6 +12,7 @@ import numpy as np
 from scipy.signal import lfilter
 
 SECONDS_PER_DAY = 86400
+WEEKEND_RAMP_HOURS = 6.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,18 @@ class TickClock:
 
     def is_weekend(self) -> np.ndarray:
         return self.weekday() >= 5
+
+    def weekend_weight(self, ramp_hours: float = WEEKEND_RAMP_HOURS) -> np.ndarray:
+        """How much of the weekend each tick is in: 0 on weekdays, 1 on Saturday and Sunday,
+        ramping linearly over ``ramp_hours`` centred on midnight Friday/Saturday and
+        Sunday/Monday (grids do not switch at the stroke of midnight). Its weekly mean is
+        exactly 2/7."""
+        how = np.mod(self.seconds_of_epoch() + 3 * SECONDS_PER_DAY, 7 * SECONDS_PER_DAY) / 3600.0
+
+        def step(x: np.ndarray) -> np.ndarray:
+            return np.clip((x + ramp_hours / 2.0) / ramp_hours, 0.0, 1.0)
+
+        return step(how - 120.0) - step(how - 168.0) + 1.0 - step(how)
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
