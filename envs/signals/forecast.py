@@ -90,3 +90,4 @@ def forecast(series: SignalSeries, t: int, horizon_ticks: int, error: float, see
     0. Deterministic in ``(seed, t)``; ``error = 0`` gives the truth. Ticks past the series'
     end hold its last value. Returns three new float64 arrays of length ``horizon_ticks``."""
     return forecaster(series, seed)(t, horizon_ticks, error)
+
