@@ -32,7 +32,8 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.labelling import ui
@@ -257,20 +258,35 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         task = queue.next_task(op.id)
         return Response(f'{{"task":{_task_json(task)}}}', media_type="application/json")
 
+    async def parsed(request: Request, model: type[BaseModel]) -> Any:
+        """The body as ``model`` (read after the token was checked): 422 naming the field."""
+        raw = await request.body()
+        try:
+            return model.model_validate_json(raw or b"null")
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(["body", *(str(x) for x in err.get("loc", ()))])
+            raise ApiError(422, f"{loc}: {err.get('msg', 'invalid')}") from None
+
     @app.post("/api/labels")
-    def label(body: LabelIn, request: Request) -> Response:
-        op = operator(request)
+    async def label(request: Request) -> Response:
+        op = await run_in_threadpool(operator, request)
+        body = await parsed(request, LabelIn)
         wait = bucket.take(op.id)
         if wait > 0:
             raise ApiError(429, f"too many labels: wait {wait:.1f} s",
                            {"retry-after": str(max(1, int(wait + 0.999)))})
         note = (body.note or "").strip()[:cfg.max_note_chars] or None
-        try:
-            stored = queue.submit(op.id, body.assignment_id, body.choice, note,
-                                  body.time_taken_ms)
-        except TaskError as e:
-            raise ApiError(e.status, e.reason) from None
-        task = queue.next_task(op.id)
+
+        def store() -> tuple[dict[str, Any], dict[str, Any] | None]:
+            try:
+                stored = queue.submit(op.id, body.assignment_id, body.choice, note,
+                                      body.time_taken_ms)
+            except TaskError as e:
+                raise ApiError(e.status, e.reason) from None
+            return stored, queue.next_task(op.id)
+
+        stored, task = await run_in_threadpool(store)
         return Response(f'{{"stored":{json.dumps(stored)},"task":{_task_json(task)}}}',
                         media_type="application/json")
 
@@ -292,13 +308,18 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return {"pairs": voted_pairs(conn, flagged)}
 
     @app.post("/api/admin/gold")
-    def gold(body: GoldIn, request: Request) -> dict[str, Any]:
-        operator(request, admin=True)
-        try:
-            with queue.lock:
-                set_gold(write_conn, body.pair_id, body.answer)
-        except ValueError as e:
-            raise ApiError(404, str(e)) from None
+    async def gold(request: Request) -> dict[str, Any]:
+        await run_in_threadpool(operator, request, True)
+        body = await parsed(request, GoldIn)
+
+        def store() -> None:
+            try:
+                with queue.lock:
+                    set_gold(write_conn, body.pair_id, body.answer)
+            except ValueError as e:
+                raise ApiError(404, str(e)) from None
+
+        await run_in_threadpool(store)
         return {"pair_id": body.pair_id, "gold": body.answer}
 
     app.state.queue = queue

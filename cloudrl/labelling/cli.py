@@ -419,3 +419,19 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                     help="newest share of labelled pairs counted as recent (0.3)")
     dr.set_defaults(func=_cmd_drift)
     return label
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cloudrl.labelling ...``: the ``label`` commands alone (quick to start;
+    ``cloudrl label ...`` is the same). Bad input: one line on stderr, exit code 2."""
+    parser = argparse.ArgumentParser(prog="python -m cloudrl.labelling",
+                                     description="cloudrl label: the labelling app")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["label", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, FileNotFoundError) as e:
+        line = " ".join(x.strip() for x in str(e).splitlines() if x.strip())
+        print(f"cloudrl: {line}", file=sys.stderr)
+        return 2

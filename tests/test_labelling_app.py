@@ -1,0 +1,341 @@
+"""The labelling service over real HTTP: access, bad input, rate limit, durability."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cloudrl.labelling import db, tokens
+from cloudrl.labelling.app import ServeConfig, TokenBucket, create_app
+from cloudrl.labelling.queue import PairSpec, QueueConfig, add_pairs
+from cloudrl.labelling.synthetic import synthetic_segments
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port(lo: int = 18110, hi: int = 18160) -> int:
+    for port in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in the labelling test range")
+
+
+def call(base: str, path: str, token: str | None = None, body=None, method=None,
+         raw: bytes | None = None, headers: dict | None = None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(base + path, data=data, method=method or (
+        "POST" if data is not None else "GET"))
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null"), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            payload = text.decode(errors="replace")
+        return e.code, payload, dict(e.headers)
+
+
+def seed_db(path: Path, n_pairs: int = 6, gold: int = 0, k: int = 2) -> dict[str, str]:
+    conn = db.connect(path)
+    segs = synthetic_segments(2 * n_pairs, seed=5)
+    add_pairs(conn, [PairSpec(a=segs[2 * i], b=segs[2 * i + 1], source="t",
+                              gold="a" if i < gold else None) for i in range(n_pairs)], k=k)
+    out = {n: tokens.add_operator(conn, n) for n in ("alice", "bob")}
+    out["admin"] = tokens.add_operator(conn, "admin", admin=True)
+    conn.close()
+    return out
+
+
+class Server:
+    """The app in a uvicorn thread on a free port of the labelling range."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        import uvicorn
+
+        cfg.port = free_port()
+        self.base = f"http://127.0.0.1:{cfg.port}"
+        self.server = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1",
+                                                    port=cfg.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            assert time.time() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture()
+def served(tmp_path):
+    toks = seed_db(tmp_path / "labels.db")
+    cfg = ServeConfig(db=str(tmp_path / "labels.db"), rate_per_s=50.0, rate_burst=50,
+                      queue=QueueConfig(gold_rate=0.0))
+    with Server(cfg) as srv:
+        yield srv, toks, tmp_path / "labels.db"
+
+
+def counts(path: Path) -> tuple[int, int]:
+    conn = sqlite3.connect(path)
+    try:
+        return (conn.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
+                conn.execute("SELECT COUNT(*) FROM assignments").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_label_flow_returns_the_next_pair_at_once(served):
+    srv, toks, path = served
+    status, me, _ = call(srv.base, "/api/me", toks["alice"])
+    assert status == 200 and me == {"name": "alice", "admin": False, "labels": 0}
+    status, got, headers = call(srv.base, "/api/next", toks["alice"])
+    assert status == 200 and headers["cache-control"] == "no-store"
+    task = got["task"]
+    assert set(task["left"]["series"]) >= {"grid_kw", "queue", "sla", "servers:active"}
+    assert "policy" in task["left"]  # kept in the view; the page does not show it
+    status, out, _ = call(srv.base, "/api/labels", toks["alice"], {
+        "assignment_id": task["assignment_id"], "choice": "equal", "note": " fine ",
+        "time_taken_ms": 2300})
+    assert status == 200 and out["stored"]["choice"] == "equal"
+    assert out["task"]["assignment_id"] != task["assignment_id"]
+    conn = sqlite3.connect(path)
+    row = conn.execute("SELECT o.name, l.choice, l.note, l.time_taken_ms, l.created_at FROM "
+                       "labels l JOIN operators o ON o.id = l.operator_id").fetchone()
+    assert row[:4] == ("alice", "equal", "fine", 2300) and abs(row[4] - time.time()) < 60
+
+
+def test_wrong_or_missing_token_is_401_and_changes_nothing(served):
+    srv, toks, path = served
+    _, got, _ = call(srv.base, "/api/next", toks["alice"])
+    before = counts(path)
+    for token in (None, "lbl_wrong", toks["alice"] + "x"):
+        status, out, headers = call(srv.base, "/api/next", token)
+        assert status == 401 and headers.get("www-authenticate") == "Bearer"
+        status, out, _ = call(srv.base, "/api/labels", token, {
+            "assignment_id": got["task"]["assignment_id"], "choice": "a"})
+        assert status == 401 and "token" in out["detail"]
+    assert call(srv.base, "/api/labels", None, {"x": 1},
+                headers={"Authorization": "Basic abc"})[0] == 401
+    assert counts(path) == before
+
+
+def test_unknown_foreign_and_repeated_tasks_are_4xx_with_a_reason(served):
+    srv, toks, path = served
+    task = call(srv.base, "/api/next", toks["alice"])[1]["task"]
+    status, out, _ = call(srv.base, "/api/labels", toks["alice"],
+                          {"assignment_id": 99999, "choice": "a"})
+    assert status == 404 and "unknown task" in out["detail"]
+    status, out, _ = call(srv.base, "/api/labels", toks["bob"],
+                          {"assignment_id": task["assignment_id"], "choice": "a"})
+    assert status == 404  # alice's task is not bob's
+    assert call(srv.base, "/api/labels", toks["alice"],
+                {"assignment_id": task["assignment_id"], "choice": "b"})[0] == 200
+    before = counts(path)
+    status, out, _ = call(srv.base, "/api/labels", toks["alice"],
+                          {"assignment_id": task["assignment_id"], "choice": "a"})
+    assert status == 409 and "already labelled" in out["detail"]
+    assert counts(path) == before
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"{not json", "body"), (b"[]", "body"), (b'{"assignment_id": 1}', "body.choice"),
+    (b'{"assignment_id": 1, "choice": "left"}', "body.choice"),
+    (b'{"assignment_id": "x", "choice": "a"}', "body.assignment_id"),
+    (b'{"assignment_id": 1, "choice": "a", "extra": 1}', "body.extra"),
+    (b'{"assignment_id": 1, "choice": "a", "time_taken_ms": -5}', "body.time_taken_ms"),
+    (json.dumps({"assignment_id": 1, "choice": "a", "note": "x" * 2001}).encode(), "body.note"),
+])
+def test_malformed_bodies_are_422_naming_the_field(served, body, field):
+    srv, toks, path = served
+    before = counts(path)
+    status, out, _ = call(srv.base, "/api/labels", toks["alice"], raw=body)
+    assert status == 422 and out["detail"].startswith(field), out
+    assert counts(path) == before
+
+
+def test_oversized_body_is_413(served):
+    srv, toks, path = served
+    status, out, _ = call(srv.base, "/api/labels", toks["alice"], raw=b"{" + b" " * 20_000 + b"}")
+    assert status == 413 and "bytes" in out["detail"]
+
+
+def test_admin_endpoints_need_an_admin_token(served):
+    srv, toks, _ = served
+    assert call(srv.base, "/api/admin/stats", toks["alice"])[0] == 403
+    assert call(srv.base, "/api/admin/gold", toks["bob"], {"pair_id": 1, "answer": "a"})[0] == 403
+    status, stats, _ = call(srv.base, "/api/admin/stats", toks["admin"])
+    assert status == 200 and stats["queue"]["pairs"] == 6
+    assert {"krippendorff_alpha", "cohen_kappa_mean", "operators"} <= set(stats["quality"])
+    status, out, _ = call(srv.base, "/api/admin/gold", toks["admin"], {"pair_id": 2,
+                                                                       "answer": "b"})
+    assert status == 200 and out == {"pair_id": 2, "gold": "b"}
+    assert call(srv.base, "/api/admin/gold", toks["admin"], {"pair_id": 999,
+                                                            "answer": "b"})[0] == 404
+
+
+def test_pages_and_assets_are_served_without_inline_script(served):
+    srv, _, _ = served
+    with urllib.request.urlopen(srv.base + "/") as r:
+        html = r.read().decode()
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+    assert '<script src="/static/label.js">' in html and "<script>" not in html
+    for name in ("label.js", "common.js", "admin.js", "label.css"):
+        with urllib.request.urlopen(f"{srv.base}/static/{name}") as r:
+            assert r.status == 200 and len(r.read()) > 500
+    assert call(srv.base, "/static/nope.js")[0] == 404
+
+
+def test_submissions_are_rate_limited(tmp_path):
+    toks = seed_db(tmp_path / "labels.db", n_pairs=8, k=1)
+    cfg = ServeConfig(db=str(tmp_path / "labels.db"), rate_per_s=0.5, rate_burst=3,
+                      queue=QueueConfig(gold_rate=0.0))
+    with Server(cfg) as srv:
+        task = call(srv.base, "/api/next", toks["alice"])[1]["task"]
+        statuses = []
+        for _ in range(5):
+            status, out, headers = call(srv.base, "/api/labels", toks["alice"], {
+                "assignment_id": task["assignment_id"], "choice": "a"})
+            statuses.append(status)
+            if status == 200:
+                task = out["task"]
+        assert statuses == [200, 200, 200, 429, 429]
+        assert int(headers["retry-after"]) >= 1 and counts(tmp_path / "labels.db")[0] == 3
+
+
+def test_token_bucket_refills_at_its_rate():
+    b = TokenBucket(rate=2.0, burst=2)
+    assert [b.take("k", now=0.0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.5)]
+    assert b.take("k", now=0.5) == 0.0 and b.take("other", now=0.5) == 0.0
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``cloudrl label ARGS`` in a subprocess (its quick entry point: the same commands)."""
+    return subprocess.run([sys.executable, "-m", "cloudrl.labelling", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_acknowledged_labels_survive_kill_9(tmp_path):
+    path = tmp_path / "labels.db"
+    toks = seed_db(path, n_pairs=30, k=2)
+    port = free_port(18160, 18199)
+    proc = subprocess.Popen([sys.executable, "-m", "cloudrl.labelling", "serve", "--db",
+                             str(path), "--port", str(port), "--gold-rate", "0", "--rate",
+                             "100", "--burst", "100"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if call(base, "/healthz")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        acked = []
+        for who in ("alice", "bob"):
+            task = call(base, "/api/next", toks[who])[1]["task"]
+            for i in range(15):
+                status, out, _ = call(base, "/api/labels", toks[who], {
+                    "assignment_id": task["assignment_id"], "choice": "ab"[i % 2]})
+                assert status == 200
+                acked.append(out["stored"]["label_id"])
+                task = out["task"]
+        proc.send_signal(signal.SIGKILL)  # right after the last acknowledgement
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    conn = sqlite3.connect(path)  # recovers from the WAL the killed server left
+    stored = [r[0] for r in conn.execute("SELECT id FROM labels ORDER BY id")]
+    assert stored == sorted(acked) and len(stored) == 30
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_database_that_cannot_be_opened_is_one_line_exit_2(tmp_path, capsys):
+    from cloudrl.labelling.cli import main
+
+    bad = tmp_path / "not.db"
+    bad.write_bytes(b"this is not a sqlite file" * 100)
+    res = _cli("serve", "--db", str(bad), "--port", "18199")  # a real process
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cloudrl: --db: labelling database {bad}")
+    assert main(["serve", "--db", str(tmp_path), "--port", "18199"]) == 2
+    assert capsys.readouterr().err.strip() == (f"cloudrl: --db: labelling database {tmp_path}: "
+                                               "is a directory")
+    assert main(["stats", "--db", str(tmp_path / "missing.db")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_operators_enqueue_stats_export_round_trip(tmp_path, capsys):
+    from cloudrl.labelling.cli import main
+
+    path = str(tmp_path / "labels.db")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, _ = run("operators", "add", "carol", "--db", path)
+    token = json.loads(out)["token"]
+    assert code == 0 and token.startswith("lbl_")
+    code, _, err = run("operators", "add", "carol", "--db", path)
+    assert code == 2 and "already exists" in err
+    code, _, err = run("enqueue", "--db", path)
+    assert code == 2 and "exactly one of" in err
+    code, _, err = run("enqueue", "--db", path, "--policy", "power_aware", "--seeds", "1000000")
+    assert code == 2 and "train seed" in err
+    code, out, err = run("enqueue", "--db", path, "--policy", "power_aware", "--policy",
+                         "round_robin", "--seeds", "0", "--n-servers", "4",
+                         "--episode-length", "30", "--segment-length", "10", "--pairs", "5",
+                         "--gold-fraction", "0.4")
+    assert code == 0, err
+    added = json.loads(out)
+    assert added["added"] == 5 and added["duplicates"] == 0
+    conn = sqlite3.connect(path)
+    views = [json.loads(v) for (v,) in conn.execute("SELECT view_json FROM segments")]
+    # same seed and start, two policies: the pairs compare one situation handled two ways
+    assert {v["policy"] for v in views} == {"power_aware", "round_robin"}
+    assert {v["length"] for v in views} == {10} and all(v["seed"] == 0 for v in views)
+    for a, b in conn.execute("SELECT sa.view_json, sb.view_json FROM pairs p JOIN segments sa"
+                             " ON sa.id = p.a_seg JOIN segments sb ON sb.id = p.b_seg"):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["start"], a["policy"]) != (b["start"], b["policy"])
+    code, out, _ = run("stats", "--db", path)
+    assert code == 0 and "Krippendorff's alpha" in out and "carol" in out
+    code, out, err = run("export", "--db", path, "--out", str(tmp_path / "pairs"))
+    assert code == 0 and json.loads(out)["pairs"] == 0 and "no labelled pairs" in err
