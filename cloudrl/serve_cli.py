@@ -29,28 +29,44 @@ def service_config(args: argparse.Namespace) -> Any:
 
 
 def check_policies(cfg: Any) -> None:
-    """Load the policy (and canary) once here, so a bad spec is one line before Ray starts."""
-    from serve_apps.runtime import PolicySpecError, ServedPolicy
+    """Load and smoke-test the policy (and canary) here, exactly as the service tests a
+    canary, so a policy that does not load or does not answer is one line naming it and the
+    cause (exit 2) before Ray starts."""
+    from serve_apps.rollout import ShieldSettings, load_checked
+    from serve_apps.runtime import PolicySpecError
 
+    settings = ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s,
+                              cfg.smoke_timeout_s)
     for field, spec in (("policy", cfg.policy), ("canary", cfg.canary)):
         if spec is None:
             continue
         try:
-            ServedPolicy(spec, "check", cfg.env, cfg.interface)
+            shield = load_checked(spec, cfg.env, cfg.interface, settings)
         except PolicySpecError as e:
-            raise ConfigError(f"{field}: {e}") from None
+            cause = _one_line(str(e))
+            named = cause if spec in cause else f"policy {spec!r}: {cause}"
+            raise ConfigError(f"{field}: {named}") from None
+        except Exception as e:  # noqa: BLE001 - any loader failure is the user's policy's
+            raise ConfigError(f"{field}: policy {spec!r} does not load: "
+                              f"{type(e).__name__}: {_one_line(str(e))}") from None
+        shield._pool.shutdown(wait=False)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import time
+
+    cfg = service_config(args)
+    check_policies(cfg)  # before Ray: a broken policy is one line, not a replica crash loop
 
     from ray import serve
 
     from cloudrl.ray_utils import init_ray
     from serve_apps.app import build_app
 
-    cfg = service_config(args)
-    check_policies(cfg)
     init_ray()
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(build_app(cfg), name="cloudrl", route_prefix="/")

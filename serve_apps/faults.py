@@ -10,6 +10,8 @@ check (a tick-0 state) pass while real traffic trips the shield:
 * ``python:serve_apps.faults:infeasible``: returns an action the mask forbids;
 * ``python:serve_apps.faults:broken``: raises on every state (refused as a canary: it
   fails the smoke test);
+* ``python:serve_apps.faults:nan_always``, ``...:infeasible_always``, ``...:hangs``: NaN,
+  forbidden or no answer (sleeps ``SLOW_SECONDS``) on every state: fail the smoke test;
 * ``python:serve_apps.faults:breaks_later``: answers its first ``GOOD_CALLS`` batches
   (the smoke test passes), then raises on every state (a canary that breaks at run time:
   the health check drops it).
@@ -103,3 +105,15 @@ def breaks_later(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
 
 def infeasible_later(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
     return FaultyPolicy("infeasible", interface, good_calls=GOOD_CALLS)
+
+
+def nan_always(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
+    return FaultyPolicy("nan", interface, always=True)
+
+
+def infeasible_always(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
+    return FaultyPolicy("infeasible", interface, always=True)
+
+
+def hangs(env_config: EnvConfig, interface: Interface) -> FaultyPolicy:
+    return FaultyPolicy("slow", interface, always=True)

@@ -7,9 +7,10 @@ one; ``promote`` makes the canary the stable version; ``rollback`` drops it.
 
 A canary is loaded and smoke-tested (``Shield.smoke_test``: a few synthetic states,
 feasible and finite actions within the time limit) before it is accepted or persisted;
-one that fails raises :class:`PolicySpecError`. A persisted canary that no longer loads or
-passes its smoke test (after a restart, or on a replica following another) is dropped
-with a logged reason, and so is one whose health probe fails at run time
+one that fails raises :class:`PolicySpecError`. ``cloudrl serve`` runs the same check
+(:func:`load_checked`) on the stable policy before it starts Ray. A persisted canary that
+no longer loads or passes its smoke test (after a restart, or on a replica following
+another) is dropped with a logged reason, and so is one whose health probe fails at run time
 (``drop_canary``): the stable version and the fallback keep serving.
 
 Every change is a logged transition (``rollout_events``: time, event, version, reason):
@@ -57,6 +58,30 @@ class ShieldSettings:
     failure_threshold: int = 3
     cooldown_s: float = 5.0
     smoke_timeout_s: float = 10.0
+
+
+def make_shield(spec: str, version: str, env_config: EnvConfig, interface: Interface,
+                settings: ShieldSettings) -> Shield:
+    """A policy version behind its shield (loaded, not yet smoke-tested)."""
+    policy = ServedPolicy(spec, version, env_config, interface)
+    breaker = CircuitBreaker(settings.failure_threshold, settings.cooldown_s)
+    return Shield(policy, timeout_s=settings.timeout_s, breaker=breaker)
+
+
+def require_smoke_test(shield: Shield, timeout_s: float) -> Shield:
+    """``shield`` if its model passes the smoke test, else PolicySpecError saying why."""
+    error = shield.smoke_test(timeout_s)
+    if error:
+        raise PolicySpecError(f"policy {shield.policy.spec!r} failed its smoke test: {error}")
+    return shield
+
+
+def load_checked(spec: str, env_config: EnvConfig, interface: Interface,
+                 settings: ShieldSettings, version: str = "check") -> Shield:
+    """A version loaded and smoke-tested exactly as a canary is (blocking); PolicySpecError
+    (or the loader's own error) says why not."""
+    return require_smoke_test(make_shield(spec, version, env_config, interface, settings),
+                              settings.smoke_timeout_s)
 
 
 @dataclass
@@ -125,9 +150,7 @@ class Rollout:
         self.state = state
 
     def _shield_for(self, spec: str, version: str) -> Shield:
-        policy = ServedPolicy(spec, version, self.env_config, self.interface)
-        breaker = CircuitBreaker(self.shield.failure_threshold, self.shield.cooldown_s)
-        return Shield(policy, timeout_s=self.shield.timeout_s, breaker=breaker)
+        return make_shield(spec, version, self.env_config, self.interface, self.shield)
 
     def load_canary(self, spec: str, version: str | None = None,
                     stable: Shield | None = None) -> Shield:
@@ -137,10 +160,7 @@ class Rollout:
         if shield.policy.fleet_signature() != stable.policy.fleet_signature():
             raise PolicySpecError(f"policy {spec!r} was trained for another fleet or queue "
                                   "than the stable version; requests could not fit both")
-        error = shield.smoke_test(self.shield.smoke_timeout_s)
-        if error:
-            raise PolicySpecError(f"policy {spec!r} failed its smoke test: {error}")
-        return shield
+        return require_smoke_test(shield, self.shield.smoke_timeout_s)
 
     # ------------------------------------------------------------ routing
     @property

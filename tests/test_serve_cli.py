@@ -36,3 +36,65 @@ def test_bad_serve_config_exits_2_naming_the_field(tmp_path, capsys, yaml_text, 
     assert main(["serve", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------ the stable policy at start-up
+BROKEN_STABLE = {
+    "raises on every state": ("python:serve_apps.faults:broken", "injected model failure"),
+    "NaN actions": ("python:serve_apps.faults:nan_always", "smoke test"),
+    "forbidden actions": ("python:serve_apps.faults:infeasible_always", "smoke test"),
+    "no answer in time": ("python:serve_apps.faults:hangs", "no answer within 0.5 s"),
+    "factory with other arguments": ("python:math:sqrt", "TypeError"),
+    "returns no policy": ("python:builtins:slice", "act_batch"),
+    "unknown heuristic": ("heuristic:no_such_rule", "unknown heuristic"),
+    "missing checkpoint": ("{tmp}/no/such/checkpoint", "not a checkpoint directory"),
+    "directory without cloudrl.json": ("{tmp}", "no cloudrl.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_STABLE))
+def test_serve_smoke_tests_the_stable_policy_before_ray_starts(tmp_path, capsys, monkeypatch,
+                                                               case):
+    import cloudrl.ray_utils
+
+    def no_ray(*_, **__):
+        raise AssertionError("Ray started for a policy that fails its start-up check")
+
+    monkeypatch.setattr(cloudrl.ray_utils, "init_ray", no_ray)
+    spec, cause = BROKEN_STABLE[case]
+    spec = spec.format(tmp=tmp_path)
+    path = tmp_path / "serve.yaml"
+    path.write_text("smoke_timeout_s: 0.5\n")
+    code = main(["serve", "--config", str(path), "--policy", spec,
+                 "--state-db", str(tmp_path / "state.db")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("cloudrl: policy: ") and spec in lines[0], err
+    assert cause in lines[0], err
+
+
+def test_serve_checks_the_canary_at_start_up_too(tmp_path, capsys, monkeypatch):
+    import cloudrl.ray_utils
+
+    monkeypatch.setattr(cloudrl.ray_utils, "init_ray", lambda *_, **__: 1 / 0)
+    code = main(["serve", "--policy", "heuristic:ffd", "--canary",
+                 "python:serve_apps.faults:broken", "--state-db", str(tmp_path / "s.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("cloudrl: canary: ") and "smoke test" in err, err
+
+
+def test_a_policy_that_passes_is_served_from_the_checked_config(tmp_path, monkeypatch):
+    """A good stable policy passes the check and the command goes on to start Ray."""
+    import cloudrl.ray_utils
+
+    class Started(Exception):
+        pass
+
+    def started(*_, **__):
+        raise Started
+
+    monkeypatch.setattr(cloudrl.ray_utils, "init_ray", started)
+    with pytest.raises(Started):
+        main(["serve", "--policy", "heuristic:ffd", "--state-db", str(tmp_path / "s.db")])
