@@ -18,7 +18,9 @@ from cloudrl.labelling import cli as label_cli
 from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
 from cloudrl.quiet import quiet_environment, quiet_library_logs
+from cloudrl.scenarios import cli as scenarios_cli
 from envs.workloads import WORKLOAD_KINDS
+from envs.scenario.catalog import UnknownScenarioError
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
 
@@ -491,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_import.register(sub)
     align_cli.register(sub)
     signals_cli.register(sub)
+    scenarios_cli.register(sub)
     label_cli.register(sub)
     offline_cli.register(sub)
     serve_cli.register(sub)
@@ -500,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What a user got wrong (a bad value, a missing or malformed file): one line, exit code 2.
-USER_ERRORS = (ConfigError, FileNotFoundError, TraceFileError, TraceFormatError)
+USER_ERRORS = (ConfigError, FileNotFoundError, TraceFileError, TraceFormatError,
+               UnknownScenarioError)
 
 
 def _one_line(err: BaseException) -> str:
