@@ -19,8 +19,8 @@ from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
 from cloudrl.quiet import quiet_environment, quiet_library_logs
 from cloudrl.scenarios import cli as scenarios_cli
-from envs.workloads import WORKLOAD_KINDS
 from envs.scenario.catalog import UnknownScenarioError
+from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
 

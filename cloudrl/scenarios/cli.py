@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--scenario", required=True)
     ev.add_argument("--policy", action="append",
                     help="signal_aware | mpc | oracle | run_at_once (repeatable; default all)")
-    ev.add_argument("--params", help='JSON per policy, e.g. \'{"signal_aware": {"quantile": 0.2}}\'')
+    ev.add_argument("--params", help="JSON object: policy name -> its parameters")
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))
     ev.add_argument("--n-seeds", type=int, default=10)
     ev.add_argument("--workers", type=int, default=None)
