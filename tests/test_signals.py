@@ -150,3 +150,28 @@ def test_forecast_rejects_bad_arguments():
         forecast(SERIES, 0, 0, 0.1, 0)
     with pytest.raises(ValueError, match="error"):
         forecast(SERIES, 0, 5, -0.1, 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(mean=st.floats(0, 1500), amp=st.floats(0, 5), slow=st.floats(0, 1000),
+       fast=st.floats(0, 1000), floor=st.floats(0, 1500), pamp=st.floats(0, 3),
+       psd=st.floats(0, 1.5), seed=st.integers(0, 2**31), kwp=st.floats(0, 1e4))
+def test_any_valid_config_gives_finite_physical_signals(mean, amp, slow, fast, floor, pamp,
+                                                        psd, seed, kwp):
+    cfg = SignalConfig(carbon_mean_g_per_kwh=mean, carbon_daily_amplitude=amp,
+                       carbon_slow_sd_g_per_kwh=slow, carbon_fast_sd_g_per_kwh=fast,
+                       carbon_floor_g_per_kwh=floor, price_daily_amplitude=pamp,
+                       price_noise_sd=psd, solar_kwp=kwp, solar_source="synthetic")
+    s = make_signals(cfg, 300, 900, seed)
+    assert np.all(s.carbon_g_per_kwh >= floor)
+    assert np.all(s.solar_kw >= 0) and np.all(s.solar_kw <= kwp + 1e-9)
+    assert np.all(np.isfinite(s.price_usd_per_mwh))
+    # without negative episodes no price is negative, whatever the shape and noise
+    calm = make_signals(cfg.model_copy(update={"price_negative_per_day": 0.0}), 300, 900, seed)
+    assert np.all(calm.price_usd_per_mwh >= 0)
+
+
+def test_export_price_switch():
+    assert not SignalConfig().exports
+    assert not SignalConfig(export_price_usd_per_mwh=0).exports
+    assert SignalConfig(export_price_usd_per_mwh=25).exports
