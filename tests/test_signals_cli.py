@@ -84,3 +84,16 @@ def test_show_bad_config_is_one_line(tmp_path, capsys):
 def test_registered_in_the_cloudrl_cli():
     text = Path("cloudrl/cli.py").read_text()
     assert "signals_cli.register(sub)" in text
+
+
+@pytest.mark.slow
+def test_through_the_cloudrl_entry_point(tmp_path, capsys):
+    from cloudrl.cli import main
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,price_usd_per_mwh,carbon_g_per_kwh\n2020-01-01T00:00:00,1,2\n"
+                   "2020-01-01T00:00:00,1,2\n")
+    assert main(["signals", "check", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "line 3, column 'timestamp'" in err
+    assert main(["signals", "check", str(DE_CARBON_2020)]) == 0
