@@ -14,9 +14,10 @@ from pvlib's measured typical-year weather (the ``solar`` extra)::
 """
 
 from envs.signals.config import SOURCES, SignalConfig
+from envs.signals.csv_import import SignalFileError, SignalTable, read_signal_file
 from envs.signals.forecast import Forecaster, forecast, forecaster
 from envs.signals.make import make_signals
 from envs.signals.series import SignalSeries
 
-__all__ = ["SOURCES", "Forecaster", "SignalConfig", "SignalSeries", "forecast",
-           "forecaster", "make_signals"]
+__all__ = ["SOURCES", "Forecaster", "SignalConfig", "SignalFileError", "SignalSeries",
+           "SignalTable", "forecast", "forecaster", "make_signals", "read_signal_file"]
