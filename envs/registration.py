@@ -25,7 +25,11 @@ FLAT_ID = "cloudrl/ClusterScheduling-v0"
 BRANCHING_ID = "cloudrl/ClusterBranching-v0"
 GATED_ID = "cloudrl/GatedController-v0"  # Discrete choice of a controller setting
 HIERARCHICAL_ID = "cloudrl/Hierarchical-v0"  # RLlib only: envs.hierarchical_env (multi-agent)
+SCENARIO_ID = "cloudrl/Scenario-v0"  # a named scenario, branching controls (envs.scenario.env)
+SCENARIO_FLAT_ID = "cloudrl/ScenarioFlat-v0"  # the same, one Discrete action
 _ENTRY_POINTS = {
+    SCENARIO_ID: "envs.scenario.env:ScenarioEnv",
+    SCENARIO_FLAT_ID: "envs.scenario.env:ScenarioFlatEnv",
     FLAT_ID: "envs.cluster_env:ClusterSchedulingEnv",
     BRANCHING_ID: "envs.cluster_env:ClusterBranchingEnv",
     GATED_ID: "envs.gated_env:GatedControllerEnv",
@@ -100,6 +104,20 @@ def register_rllib_envs() -> None:
     register_env(BRANCHING_ID, lambda ctx: make_rllib_env(ClusterBranchingEnv, ctx))
     register_env(GATED_ID, lambda ctx: make_rllib_env(GatedControllerEnv, ctx))
     register_env(HIERARCHICAL_ID, _hierarchical_env)
+    register_env(SCENARIO_ID, _scenario_env)
+    register_env(SCENARIO_FLAT_ID, _scenario_flat_env)
+
+
+def _scenario_env(env_config: Mapping[str, Any]) -> Any:
+    from envs.scenario.env import ScenarioEnv
+
+    return ScenarioEnv(dict(env_config))
+
+
+def _scenario_flat_env(env_config: Mapping[str, Any]) -> Any:
+    from envs.scenario.env import ScenarioFlatEnv
+
+    return ScenarioFlatEnv(dict(env_config))
 
 
 def _hierarchical_env(env_config: Mapping[str, Any]) -> Any:

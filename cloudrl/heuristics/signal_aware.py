@@ -7,8 +7,10 @@ the two standing controls from the present and the forecasts:
 * **Deferral.** The marginal cost of a grid kWh now (price + carbon price x intensity;
   the export price, or 0, while on-site solar exceeds the load) is compared with the
   ``quantile`` of the same cost over the next ``window_hours`` of forecasts. At or below
-  it, held batch work is released up to ``release_util`` of the fleet's cores; above it,
-  work is held until its slack runs out (the executor then releases it regardless).
+  it, held batch work is released up to ``release_util`` of the fleet's cores, less the
+  growth of the forecast latency-critical load over the next ``guard_hours`` (so a
+  release does not crowd out the coming peak); above it, work is held until its slack
+  runs out (the executor then releases it regardless).
 * **Wake-ahead.** Enough cores stay ready (not off) for the forecast latency-critical
   peak over the next boot time and decision period, times ``1 + ready_margin``, plus the
   batch work committed now and the executor's spare.
@@ -32,6 +34,7 @@ class SignalAwareConfig:
     window_hours: float = 12.0
     release_util: float = 0.9
     ready_margin: float = 0.25
+    guard_hours: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.quantile <= 1.0:
@@ -40,6 +43,8 @@ class SignalAwareConfig:
             raise ValueError("SignalAwareConfig.window_hours must be in [0.25, 168]")
         if not 0.0 <= self.release_util <= 2.0:
             raise ValueError("SignalAwareConfig.release_util must be in [0, 2]")
+        if not 0.0 <= self.guard_hours <= 24.0:
+            raise ValueError("SignalAwareConfig.guard_hours must be in [0, 24]")
         if not 0.0 <= self.ready_margin <= 5.0:
             raise ValueError("SignalAwareConfig.ready_margin must be in [0, 5]")
 
@@ -86,7 +91,14 @@ class SignalAwareDeferral:
         load_fc = v.load_fc[:, :h].sum(axis=0)
         ahead = self.marginal(v.price_fc[:h], v.carbon_fc[:h], v.solar_fc_kw[:h], load_fc)
         cheap = now <= np.quantile(np.concatenate([[now], ahead]), cfg.quantile)
-        return release_and_ready(v, cfg.release_util if cheap else 0.0, cfg.ready_margin)
+        release = 0.0
+        if cheap:
+            g = max(1, int(round(cfg.guard_hours * sim.cfg.ticks_per_hour)))
+            lc_now = float(v.running[0, 0] + v.queued[0]) if v.running.shape[1] else 0.0
+            growth = max(float(v.load_fc[0, :g].max(initial=0.0)) - lc_now, 0.0) \
+                if cfg.guard_hours > 0 else 0.0
+            release = max(cfg.release_util - growth / v.fleet_cores, 0.0)
+        return release_and_ready(v, release, cfg.ready_margin)
 
 
 def release_and_ready(v: PlanView, release_util: float, margin: float) -> tuple[float, float]:

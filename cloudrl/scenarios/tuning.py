@@ -24,7 +24,8 @@ def heuristic_space(rng: np.random.Generator) -> dict[str, Any]:
     return {"quantile": float(rng.uniform(0.05, 0.7)),
             "window_hours": float(rng.choice([3.0, 6.0, 12.0, 18.0, 24.0])),
             "release_util": float(rng.uniform(0.5, 1.0)),
-            "ready_margin": float(rng.uniform(0.0, 0.6))}
+            "ready_margin": float(rng.uniform(0.0, 0.6)),
+            "guard_hours": float(rng.choice([0.0, 1.0, 2.0, 4.0]))}
 
 
 def mpc_space(rng: np.random.Generator) -> dict[str, Any]:
