@@ -207,7 +207,7 @@ def test_pages_and_assets_are_served_without_inline_script(served):
     with urllib.request.urlopen(srv.base + "/") as r:
         html = r.read().decode()
         assert "default-src 'self'" in r.headers["content-security-policy"]
-    assert '<script src="/static/label.js">' in html and "<script>" not in html
+    assert '<script src="/static/label.js?v=' in html and "<script>" not in html
     for name in ("label.js", "common.js", "admin.js", "label.css"):
         with urllib.request.urlopen(f"{srv.base}/static/{name}") as r:
             assert r.status == 200 and len(r.read()) > 500

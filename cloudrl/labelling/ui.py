@@ -9,10 +9,13 @@ tell (skip); keys are ignored while the note field has focus.
 
 from __future__ import annotations
 
+import hashlib
+
 CSS = r"""
 :root { --fg:#1b1f24; --muted:#4a5563; --bg:#f6f7f9; --card:#fff; --line:#d0d5dc;
   --accent:#0b5cad; --accent-fg:#fff; --focus:#c2410c; --ok:#166534; --bad:#b91c1c; }
 * { box-sizing: border-box; }
+html { overflow-y: scroll; }
 body { margin:0; font:15px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
   color:var(--fg); background:var(--bg); }
 header.top { display:flex; align-items:center; gap:1rem; padding:.5rem 1rem;
@@ -49,7 +52,7 @@ table.summary tr + tr th, table.summary tr + tr td { border-top:1px solid #eef0f
 .legend i { display:inline-block; width:.7rem; height:.7rem; border-radius:2px;
   margin-right:.2rem; vertical-align:-1px; }
 svg.chart { width:100%; height:auto; display:block; }
-svg.chart text { font-size:10px; fill:#4a5563; }
+svg.chart text { font-size:11px; fill:#4a5563; }
 .choices { position:fixed; left:0; right:0; bottom:0; background:#fff;
   border-top:1px solid var(--line); padding:.55rem 1rem; box-shadow:0 -2px 8px #0001; }
 .choices .row { max-width:1500px; margin:0 auto; display:flex; gap:.6rem; flex-wrap:wrap;
@@ -186,6 +189,12 @@ function color(panel, k, i) {
   return panel.kind === "stack" ? (STATE_COLORS[k.slice(8)] || COLORS[i % COLORS.length])
     : COLORS[i % COLORS.length];
 }
+function niceMax(hi) {
+  if (!(hi > 0)) return 1;
+  const e = Math.pow(10, Math.floor(Math.log10(hi)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * e >= hi * 0.999) return m * e;
+  return 10 * e;
+}
 function yRange(panel, keys, views) {
   let lo = 0, hi = 0;
   for (const v of views) {
@@ -200,8 +209,7 @@ function yRange(panel, keys, views) {
       }
     }
   }
-  if (hi === lo) hi = lo + 1;
-  return [lo, hi + (hi - lo) * 0.05];
+  return [lo < 0 ? -niceMax(-lo) : 0, niceMax(hi), hi > 0 || lo < 0];
 }
 const NS = "http://www.w3.org/2000/svg";
 function svg(tag, attrs) {
@@ -209,15 +217,20 @@ function svg(tag, attrs) {
   for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
   return n;
 }
-function chart(panel, keys, view, range, ariaLabel) {
-  const W = 420, H = 96, L = 38, R = 6, T = 6, B = 16;
+function chart(panel, keys, view, range, ariaLabel, width) {
+  const W = Math.max(240, Math.round(width || 420)), H = 78, L = 40, R = 6, T = 6, B = 15;
   const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img",
                         "aria-label": ariaLabel});
-  const n = view.length, [lo, hi] = range;
+  const n = view.length, [lo, hi, any] = range;
   const x = (t) => L + (n <= 1 ? 0 : (t / (n - 1)) * (W - L - R));
   const xb = (t) => L + (t / n) * (W - L - R);
   const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
-  for (const v of [lo, (lo + hi) / 2, hi]) {
+  if (!any) {
+    const msg = svg("text", {x: (L + W - R) / 2, y: T + (H - T - B) * 0.3,
+                             "text-anchor": "middle"});
+    msg.textContent = "none in either segment"; s.append(msg);
+  }
+  for (const v of (lo < 0 ? [lo, 0, hi] : [lo, (lo + hi) / 2, hi])) {
     s.append(svg("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e5e7eb"}));
     const tx = svg("text", {x: L - 4, y: y(v) + 3, "text-anchor": "end"});
     tx.textContent = fmt(v); s.append(tx);
@@ -287,6 +300,9 @@ function side(name, keyHint, view, other) {
 function renderPair(main, task) {
   const a = side("A", "← Left arrow", task.left, task.right);
   const b = side("B", "Right arrow →", task.right, task.left);
+  main.replaceChildren(el("div", {class: "pair", id: "pair"}, a, b));
+  const width = a.clientWidth - 26;
+  state.width = width;
   for (const panel of PANELS) {
     const keys = Array.from(new Set(panelKeys(panel, task.left.series)
       .concat(panelKeys(panel, task.right.series))));
@@ -298,14 +314,23 @@ function renderPair(main, task) {
       const div = el("div", {class: "panel", "data-panel": panel.id},
         el("h3", {}, panel.title, el("span", {class: "unit"}, panel.unit),
            legend ? legend.cloneNode(true) : null),
-        chart(panel, keys, view, range, `${panel.title} of segment ${nm}`));
+        chart(panel, keys, view, range, `${panel.title} of segment ${nm}`, width));
       box.append(div);
     }
   }
-  main.replaceChildren(el("div", {class: "pair", id: "pair"}, a, b));
 }
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    const box = document.querySelector("#pair .side");
+    if (state.task && box && Math.abs(box.clientWidth - 26 - state.width) > 8) {
+      renderPair(document.getElementById("work"), state.task);
+    }
+  }, 150);
+});
 
-const state = {task: null, shownAt: 0, busy: false, count: 0};
+const state = {task: null, shownAt: 0, busy: false, count: 0, width: 0};
 const CHOICES = [["a", "A better", "←"], ["equal", "Equally good", "↓ or ="],
                  ["b", "B better", "→"], ["skip", "Can't tell", "s"]];
 
@@ -452,18 +477,24 @@ setupLogin((me) => {
 """
 
 
+def _v(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def _shell(title: str, script: str, nav: str) -> str:
+    js = LABEL_JS if script == "label.js" else ADMIN_JS
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><link rel="stylesheet" href="/static/label.css"></head>
+<title>{title}</title><link rel="stylesheet" href="/static/label.css?v={_v(CSS)}"></head>
 <body><header class="top"><h1>{title}</h1>{nav}
 <span class="who" id="session" hidden>Signed in as <strong id="who"></strong>
 <span id="count-wrap"> · labelled <span id="count">0</span> this session</span> ·
 <button type="button" class="link" id="sign-out">Sign out</button></span></header>
 <main><p class="status">Loading…</p></main>
 {{bar}}
-<script src="/static/common.js"></script><script src="/static/{script}"></script>
+<script src="/static/common.js?v={_v(COMMON_JS)}"></script>
+<script src="/static/{script}?v={_v(js)}"></script>
 </body></html>"""
 
 
