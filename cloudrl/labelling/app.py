@@ -110,7 +110,9 @@ class TokenBucket:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
+    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed); adds the
+    security headers to every answer (static assets are cacheable: their URLs carry a
+    content hash)."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -125,6 +127,16 @@ class BodyLimit:
             return
         seen = 0
         refused = False
+        static = scope.get("path", "").startswith("/static/")
+
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k.encode(), (b"public, max-age=86400" if static and
+                                       k == "cache-control" else v.encode()))
+                         for k, v in SECURITY_HEADERS.items() if k.encode() not in have]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
 
         async def counted() -> dict:
             nonlocal seen, refused
@@ -137,7 +149,7 @@ class BodyLimit:
             return message
 
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, counted, with_headers)
         except ApiError:
             if refused:
                 await self._refuse(send)
@@ -217,15 +229,6 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"detail": str(exc.detail)}, exc.status_code)
 
-    @app.middleware("http")
-    async def _headers(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
-        for k, v in SECURITY_HEADERS.items():
-            if k == "cache-control" and request.url.path.startswith("/static/"):
-                v = "public, max-age=300"
-            response.headers.setdefault(k, v)
-        return response
-
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
         return HTMLResponse(ui.LABEL_HTML)
@@ -280,11 +283,10 @@ def create_app(cfg: ServeConfig) -> FastAPI:
 
         def store() -> tuple[dict[str, Any], dict[str, Any] | None]:
             try:
-                stored = queue.submit(op.id, body.assignment_id, body.choice, note,
-                                      body.time_taken_ms)
+                return queue.submit_and_next(op.id, body.assignment_id, body.choice, note,
+                                             body.time_taken_ms)
             except TaskError as e:
                 raise ApiError(e.status, e.reason) from None
-            return stored, queue.next_task(op.id)
 
         stored, task = await run_in_threadpool(store)
         return Response(f'{{"stored":{json.dumps(stored)},"task":{_task_json(task)}}}',

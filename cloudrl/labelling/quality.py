@@ -87,32 +87,32 @@ def _num(x: float) -> float | None:
 
 
 def operator_table(conn: sqlite3.Connection, cfg: QualityConfig) -> list[dict[str, Any]]:
-    """One row per operator (see the module docstring)."""
+    """One row per operator (see the module docstring); the counting runs in SQLite."""
     names = dict(conn.execute("SELECT id, name FROM operators"))
-    by_pair: dict[int, dict[int, str]] = {}
-    for o, p, c in answers(conn):
-        by_pair.setdefault(p, {})[o] = c
+    per_op = {r[0]: r[1:] for r in conn.execute(
+        "SELECT operator_id, COUNT(*), COALESCE(SUM(choice = 'skip'), 0), "
+        "COALESCE(SUM(gold_correct IS NOT NULL), 0), COALESCE(SUM(gold_correct), 0) "
+        "FROM labels GROUP BY operator_id")}
+    agreement = {r[0]: r[1:] for r in conn.execute(
+        "SELECT l1.operator_id, COALESCE(SUM(l1.choice = l2.choice), 0), COUNT(*) "
+        "FROM labels l1 JOIN labels l2 ON l2.pair_id = l1.pair_id AND "
+        "l2.operator_id != l1.operator_id WHERE l1.choice != 'skip' AND l2.choice != 'skip' "
+        "GROUP BY l1.operator_id")}
+    times: dict[int, list[int]] = {}
+    for op_id, ms in conn.execute("SELECT operator_id, time_taken_ms FROM labels"):
+        times.setdefault(op_id, []).append(ms)
     rows = []
     for op_id, name in sorted(names.items()):
-        n, skips, gold_n, gold_ok = conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(choice = 'skip'), 0), "
-            "COALESCE(SUM(gold_correct IS NOT NULL), 0), COALESCE(SUM(gold_correct), 0) "
-            "FROM labels WHERE operator_id = ?", (op_id,)).fetchone()
-        times = [r[0] for r in conn.execute(
-            "SELECT time_taken_ms FROM labels WHERE operator_id = ?", (op_id,))]
-        agree = total = 0
-        for votes in by_pair.values():
-            if op_id in votes:
-                others = [c for o, c in votes.items() if o != op_id]
-                agree += sum(c == votes[op_id] for c in others)
-                total += len(others)
+        n, skips, gold_n, gold_ok = per_op.get(op_id, (0, 0, 0, 0))
+        agree, total = agreement.get(op_id, (0, 0))
         acc = gold_ok / gold_n if gold_n else math.nan
         flagged = gold_n >= cfg.min_gold_labels and acc < cfg.min_gold_accuracy
+        t = times.get(op_id)
         rows.append({"operator": name, "id": op_id, "labels": n, "skips": skips,
                      "gold_answered": gold_n, "gold_accuracy": _num(acc),
                      "agreement": _num(agree / total if total else math.nan),
                      "compared": total,
-                     "median_time_s": _num(float(np.median(times)) / 1000 if times else math.nan),
+                     "median_time_s": _num(float(np.median(t)) / 1000 if t else math.nan),
                      "flagged": bool(flagged)})
     return rows
 

@@ -216,30 +216,33 @@ class TaskQueue:
         the left), ``expires_at``, ``left`` and ``right`` (segment views as JSON text)."""
         now = time.time() if now is None else now
         with self.lock, _Tx(self.conn):
-            self._expire(now)
-            row = self.conn.execute(
-                "SELECT id, pair_id, swapped, expires_at FROM assignments WHERE operator_id = ? "
-                "AND state = 'open' AND expires_at >= ? ORDER BY id LIMIT 1",
-                (operator_id, now)).fetchone()
-            if row is None:
-                gold_id = self._pick_gold(operator_id)
-                pair_id = gold_id if gold_id is not None else self._pick_ordinary(operator_id)
-                if pair_id is None:
-                    return None
-                swapped = self._rng.random() < 0.5
-                expires = now + self.cfg.assignment_timeout_s
-                cur = self.conn.execute(
-                    "INSERT INTO assignments (pair_id, operator_id, issued_at, expires_at, "
-                    "state, swapped, is_gold) VALUES (?, ?, ?, ?, 'open', ?, ?)",
-                    (pair_id, operator_id, now, expires, int(swapped), int(gold_id is not None)))
-                if gold_id is None:
-                    self.conn.execute("UPDATE pairs SET taken = taken + 1 WHERE id = ?",
-                                      (pair_id,))
-                row = (int(cur.lastrowid), pair_id, int(swapped), expires)
-            views = self.conn.execute(
-                "SELECT sa.view_json, sb.view_json FROM pairs p JOIN segments sa ON "
-                "sa.id = p.a_seg JOIN segments sb ON sb.id = p.b_seg WHERE p.id = ?",
-                (row[1],)).fetchone()
+            return self._next(operator_id, now)
+
+    def _next(self, operator_id: int, now: float) -> dict[str, Any] | None:
+        self._expire(now)
+        row = self.conn.execute(
+            "SELECT id, pair_id, swapped, expires_at FROM assignments WHERE operator_id = ? "
+            "AND state = 'open' AND expires_at >= ? ORDER BY id LIMIT 1",
+            (operator_id, now)).fetchone()
+        if row is None:
+            gold_id = self._pick_gold(operator_id)
+            pair_id = gold_id if gold_id is not None else self._pick_ordinary(operator_id)
+            if pair_id is None:
+                return None
+            swapped = self._rng.random() < 0.5
+            expires = now + self.cfg.assignment_timeout_s
+            cur = self.conn.execute(
+                "INSERT INTO assignments (pair_id, operator_id, issued_at, expires_at, "
+                "state, swapped, is_gold) VALUES (?, ?, ?, ?, 'open', ?, ?)",
+                (pair_id, operator_id, now, expires, int(swapped), int(gold_id is not None)))
+            if gold_id is None:
+                self.conn.execute("UPDATE pairs SET taken = taken + 1 WHERE id = ?",
+                                  (pair_id,))
+            row = (int(cur.lastrowid), pair_id, int(swapped), expires)
+        views = self.conn.execute(
+            "SELECT sa.view_json, sb.view_json FROM pairs p JOIN segments sa ON "
+            "sa.id = p.a_seg JOIN segments sb ON sb.id = p.b_seg WHERE p.id = ?",
+            (row[1],)).fetchone()
         left, right = (views[1], views[0]) if row[2] else (views[0], views[1])
         return {"assignment_id": int(row[0]), "pair_id": int(row[1]), "swapped": bool(row[2]),
                 "expires_at": float(row[3]), "left": left, "right": right}
@@ -252,38 +255,54 @@ class TaskQueue:
 
         Raises :class:`TaskError` 404 for an assignment that is not this operator's, 409
         for one already labelled or expired and given away, 422 for a bad choice."""
-        if shown_choice not in CHOICES:
-            raise TaskError(422, f"choice: {shown_choice!r} is not one of {', '.join(CHOICES)}")
         now = time.time() if now is None else now
         with self.lock, _Tx(self.conn):
-            row = self.conn.execute(
-                "SELECT a.pair_id, a.state, a.swapped, a.is_gold, p.taken, p.k, "
-                "p.gold FROM assignments a JOIN pairs p ON p.id = a.pair_id WHERE a.id = ? "
-                "AND a.operator_id = ?", (assignment_id, operator_id)).fetchone()
-            if row is None:
-                raise TaskError(404, f"task {assignment_id}: unknown task for this operator")
-            pair_id, state, swapped, is_gold, taken, k, gold = row
-            if state == "done":
-                raise TaskError(409, f"task {assignment_id}: already labelled")
-            if state == "expired" and not is_gold:  # its slot went back to the queue
-                if taken >= k:
-                    raise TaskError(409, f"task {assignment_id}: expired and given to "
-                                         "another operator")
-                self.conn.execute("UPDATE pairs SET taken = taken + 1 WHERE id = ?",
-                                  (pair_id,))
-            choice = FLIP[shown_choice] if swapped else shown_choice
-            correct = None if (gold is None or choice == "skip") else int(choice == gold)
-            cur = self.conn.execute(
-                "INSERT INTO labels (assignment_id, pair_id, operator_id, choice, note, "
-                "created_at, time_taken_ms, is_gold, gold_correct) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (assignment_id, pair_id, operator_id, choice, note or None, now,
-                 max(0, int(time_taken_ms)), int(gold is not None), correct))
-            self.conn.execute("UPDATE assignments SET state = 'done' WHERE id = ?",
-                              (assignment_id,))
-            if choice == "skip" and not is_gold:
-                self.conn.execute("UPDATE pairs SET taken = taken - 1 WHERE id = ? AND "
-                                  "taken > 0", (pair_id,))
+            return self._submit(operator_id, assignment_id, shown_choice, note,
+                                time_taken_ms, now)
+
+    def submit_and_next(self, operator_id: int, assignment_id: int, shown_choice: str,
+                        note: str | None = None, time_taken_ms: int = 0,
+                        now: float | None = None
+                        ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """:meth:`submit` then :meth:`next_task` in one transaction (one disk sync)."""
+        now = time.time() if now is None else now
+        with self.lock, _Tx(self.conn):
+            stored = self._submit(operator_id, assignment_id, shown_choice, note,
+                                  time_taken_ms, now)
+            return stored, self._next(operator_id, now)
+
+    def _submit(self, operator_id: int, assignment_id: int, shown_choice: str,
+                note: str | None, time_taken_ms: int, now: float) -> dict[str, Any]:
+        if shown_choice not in CHOICES:
+            raise TaskError(422, f"choice: {shown_choice!r} is not one of {', '.join(CHOICES)}")
+        row = self.conn.execute(
+            "SELECT a.pair_id, a.state, a.swapped, a.is_gold, p.taken, p.k, "
+            "p.gold FROM assignments a JOIN pairs p ON p.id = a.pair_id WHERE a.id = ? "
+            "AND a.operator_id = ?", (assignment_id, operator_id)).fetchone()
+        if row is None:
+            raise TaskError(404, f"task {assignment_id}: unknown task for this operator")
+        pair_id, state, swapped, is_gold, taken, k, gold = row
+        if state == "done":
+            raise TaskError(409, f"task {assignment_id}: already labelled")
+        if state == "expired" and not is_gold:  # its slot went back to the queue
+            if taken >= k:
+                raise TaskError(409, f"task {assignment_id}: expired and given to "
+                                     "another operator")
+            self.conn.execute("UPDATE pairs SET taken = taken + 1 WHERE id = ?",
+                              (pair_id,))
+        choice = FLIP[shown_choice] if swapped else shown_choice
+        correct = None if (gold is None or choice == "skip") else int(choice == gold)
+        cur = self.conn.execute(
+            "INSERT INTO labels (assignment_id, pair_id, operator_id, choice, note, "
+            "created_at, time_taken_ms, is_gold, gold_correct) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (assignment_id, pair_id, operator_id, choice, note or None, now,
+             max(0, int(time_taken_ms)), int(gold is not None), correct))
+        self.conn.execute("UPDATE assignments SET state = 'done' WHERE id = ?",
+                          (assignment_id,))
+        if choice == "skip" and not is_gold:
+            self.conn.execute("UPDATE pairs SET taken = taken - 1 WHERE id = ? AND "
+                              "taken > 0", (pair_id,))
         return {"label_id": int(cur.lastrowid), "pair_id": int(pair_id), "choice": choice}
 
 
