@@ -29,6 +29,20 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
                       tune_seeds=args.tune_seeds, mpc_samples=args.mpc_samples,
                       workers=args.workers)
         rows.append(row)
+        if not args.no_log:
+            from cloudrl.scenarios.report import log_to_mlflow
+
+            log_to_mlflow(row, args.tracking_uri)
+        if args.plot_dir:
+            from cloudrl.protocol import test_seeds
+            from cloudrl.scenarios.report import plot_episode
+            from cloudrl.scenarios.runner import ControllerSpec
+
+            specs = [ControllerSpec("signal_aware", row.heuristic_params, "heuristic"),
+                     ControllerSpec("mpc", row.mpc_params, "mpc"),
+                     ControllerSpec("oracle", {}, "oracle")]
+            plot_episode(cfg, specs, test_seeds(1)[0],
+                         Path(args.plot_dir) / f"headroom_{cfg.name}.png")
         print(format_rows([row]).splitlines()[-1] if len(rows) > 1 else format_rows([row]),
               flush=True)
     if args.json:
@@ -53,6 +67,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         if k not in KINDS:
             raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(KINDS)}")
     specs = [ControllerSpec(k, params.get(k, {})) for k in kinds]
+    for n, path in enumerate(args.checkpoint or []):
+        from cloudrl.algorithms.distill.policy import CheckpointError, load_checkpoint
+
+        try:
+            load_checkpoint(path)
+        except CheckpointError as e:
+            return _fail(str(e))
+        label = "learned" if len(args.checkpoint) == 1 else f"learned{n}"
+        specs.append(ControllerSpec("learned", {"checkpoint": str(path)}, label))
+        print(f"{label}: {path}")
     seeds = list(seeds_for(args.split, args.n_seeds))
     res = run_controllers(cfg, specs, seeds, args.workers)
     cols = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
@@ -61,6 +85,81 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"{'policy':14s}" + "".join(f"{c:>12s}" for c in cols))
     for spec, r in zip(specs, res, strict=True):
         print(f"{spec.name:14s}" + "".join(f"{np.mean([m[c] for m in r]):12.4f}" for c in cols))
+    comparisons = _learned_vs_references(specs, res)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
+            "split": args.split, "seeds": seeds, "comparisons": comparisons,
+            "policies": {s.name: {"kind": s.kind, "params": s.params, "per_seed": r}
+                         for s, r in zip(specs, res, strict=True)}}, indent=2))
+        print(f"wrote {out}")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"cloudrl: {message}", file=sys.stderr)
+    return 2
+
+
+def _learned_vs_references(specs: list, res: list[list[dict[str, float]]]) -> list[dict]:
+    """Paired (by seed) cost differences of each learned policy against the heuristic and
+    the MPC, in $ and in % of the heuristic's mean cost, printed and returned; and the
+    decision times (median over episodes of each episode's p50 / p99)."""
+    import numpy as np
+
+    from cloudrl.scenarios.runner import paired_ci
+
+    cost = {s.name: np.array([m["cost_usd"] for m in r]) for s, r in zip(specs, res, strict=True)}
+    heur = next((s.name for s in specs if s.kind == "signal_aware"), None)
+    refs = [s.name for s in specs if s.kind in ("signal_aware", "mpc", "mpc_rounded")]
+    out = []
+    for s, r in zip(specs, res, strict=True):
+        if s.kind != "learned":
+            continue
+        p50 = float(np.median([m.get("decide_p50_ms", np.nan) for m in r]))
+        p99 = float(np.median([m.get("decide_p99_ms", np.nan) for m in r]))
+        print(f"{s.name}: decide p50 {p50:.3f} ms, p99 {p99:.3f} ms per decision (batch 1, "
+              f"in-process)")
+        for ref in refs:
+            d, lo, hi = paired_ci(cost[s.name], cost[ref])
+            row = {"policy": s.name, "vs": ref, "diff_usd": d, "ci95_usd": [lo, hi],
+                   "decide_p50_ms": p50, "decide_p99_ms": p99}
+            if heur is not None:
+                base = float(cost[heur].mean())
+                row["diff_pct_of_heuristic"] = 100 * d / base
+                row["ci95_pct_of_heuristic"] = [100 * lo / base, 100 * hi / base]
+            pct = ""
+            if heur is not None:
+                lo_p, hi_p = row["ci95_pct_of_heuristic"]
+                pct = (f"  ({row['diff_pct_of_heuristic']:+.1f}% [{lo_p:+.1f}, {hi_p:+.1f}] "
+                       f"of the heuristic)")
+            print(f"{s.name} - {ref}: {d:+.2f} $ [{lo:+.2f}, {hi:+.2f}]{pct}")
+            out.append(row)
+    for s, r in zip(specs, res, strict=True):
+        if s.kind in ("mpc", "mpc_rounded") and any("solve_p50_ms" in m for m in r):
+            print(f"{s.name}: solve p50 {np.median([m['solve_p50_ms'] for m in r]):.1f} ms, "
+                  f"p99 {np.median([m['solve_p99_ms'] for m in r]):.1f} ms per re-plan")
+    return out
+
+
+def _cmd_distill(args: argparse.Namespace) -> int:
+    from cloudrl.algorithms.distill.command import train_to_dir
+    from cloudrl.algorithms.distill.config import DistillConfig
+    from cloudrl.mpc.forecast_mpc import MPCConfig
+
+    cfg = load_scenario(args.scenario)
+    try:
+        mpc_params = json.loads(args.mpc_params) if args.mpc_params else {}
+        MPCConfig(**mpc_params)
+        dc = DistillConfig(run_seed=args.run_seed, mpc_params=mpc_params,
+                           n_expert_seeds=args.expert_seeds, dagger_rounds=args.dagger_rounds,
+                           dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds)
+    except (ValueError, TypeError) as e:
+        return _fail(f"distill: {e}")
+    train_to_dir(cfg, dc, args.out, args.expert_cache,
+                 command=" ".join(["cloudrl", *sys.argv[1:]]))
     return 0
 
 
@@ -82,13 +181,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     hr.add_argument("--tune-seeds", type=int, default=10, help="validation seeds for tuning")
     hr.add_argument("--workers", type=int, default=None, help="worker processes (default: CPUs)")
     hr.add_argument("--json", help="write the table as JSON to this path")
+    hr.add_argument("--plot-dir", help="save a picture of one test episode per scenario here")
+    hr.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, "
+                                           "else sqlite:///$PWD/mlflow.db)")
+    hr.add_argument("--no-log", action="store_true", help="do not log to MLflow")
     hr.set_defaults(func=_cmd_headroom)
     ev = ss.add_parser("evaluate", help="controllers on one scenario, mean cost terms")
     ev.add_argument("--scenario", required=True)
     ev.add_argument("--policy", action="append",
-                    help="signal_aware | mpc | oracle | run_at_once (repeatable; default all)")
+                    help="signal_aware | mpc | oracle | run_at_once | mpc_rounded (repeatable; "
+                         "default: the first four)")
     ev.add_argument("--params", help="JSON object: policy name -> its parameters")
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))
     ev.add_argument("--n-seeds", type=int, default=10)
     ev.add_argument("--workers", type=int, default=None)
+    ev.add_argument("--checkpoint", action="append",
+                    help="a learned policy's checkpoint directory (from 'cloudrl scenarios "
+                         "distill'; repeatable): played beside the others, with paired cost "
+                         "differences against the heuristic and the MPC")
+    ev.add_argument("--json", help="write per-seed metrics and the comparisons to this path")
     ev.set_defaults(func=_cmd_evaluate)
+    ds = ss.add_parser("distill", help="train a learned policy by imitating the forecast MPC "
+                                       "(behaviour cloning + DAgger on train seeds)")
+    ds.add_argument("--scenario", required=True)
+    ds.add_argument("--run-seed", type=int, default=0, help="training run seed")
+    ds.add_argument("--out", required=True, help="checkpoint directory to write")
+    ds.add_argument("--mpc-params", help="JSON object of MPCConfig fields for the expert")
+    ds.add_argument("--expert-cache", help=".npz path: reuse (or write) the MPC's recorded "
+                                           "train-seed episodes; same scenario, seeds and MPC "
+                                           "parameters only")
+    ds.add_argument("--expert-seeds", type=int, default=20, help="train seeds the MPC plays")
+    ds.add_argument("--dagger-rounds", type=int, default=3)
+    ds.add_argument("--dagger-seeds", type=int, default=6, help="train seeds per DAgger round")
+    ds.add_argument("--val-seeds", type=int, default=5, help="validation seeds that pick the round")
+    ds.set_defaults(func=_cmd_distill)

@@ -1,0 +1,94 @@
+"""Where does online-reachable headroom come from? A grid over the scenario physics.
+
+What it does: starting from one base scenario, it changes one physics knob at a time
+(utilization, deferrable share, batch slack, forecast error, boot time, price shape,
+on-site solar, carbon price) and, for every design, runs the headroom measurement of
+``cloudrl scenarios headroom`` (tune the signal-aware heuristic on validation seeds, then
+heuristic vs forecast MPC vs clairvoyant oracle on test seeds, paired by seed). Every
+design is published, not only the ones that pass the gate.
+
+How to run it::
+
+    python -m experiments.analyses.headroom_grid --base price_peak --n-seeds 8 \
+        --out docs/results/headroom_grid.json
+
+Results to expect: a table, one row per design, with the MPC's gain and the oracle's gap
+over the tuned heuristic in % of its cost and their 95% intervals (docs/results/
+headroom.md holds the measured grid and the machine it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from cloudrl.scenarios.headroom import format_rows, measure
+from envs.scenario.catalog import load_scenario
+
+LC, BATCH = 0, 1
+
+
+def designs(base: str) -> list[tuple[str, dict]]:
+    """(label, overrides) pairs: the base, then one knob at a time."""
+    cfg = load_scenario(base)
+    classes = [c.model_dump() for c in cfg.classes]
+
+    def share(batch_share: float) -> dict:
+        c = [dict(classes[LC]), dict(classes[BATCH])]
+        c[LC]["load_share"], c[BATCH]["load_share"] = 1 - batch_share, batch_share
+        return {"classes": c}
+
+    def slack(hours: float) -> dict:
+        c = [dict(classes[LC]), dict(classes[BATCH])]
+        c[BATCH]["slack_min"] = hours * 60.0
+        return {"classes": c}
+
+    out: list[tuple[str, dict]] = [("base", {})]
+    out += [(f"utilization {u}", {"utilization": u}) for u in (0.45, 0.6, 0.85)]
+    out += [(f"batch share {s}", share(s)) for s in (0.3, 0.7)]
+    out += [(f"batch slack {h} h", slack(h)) for h in (4.0, 16.0)]
+    out += [(f"forecast error {e}", {"signals": {"forecast_error": e},
+                                     "load_forecast_error": e}) for e in (0.0, 0.5)]
+    out += [(f"boot {s} s", {"power": {"boot_seconds": s}}) for s in (120.0, 900.0)]
+    out += [("flat price", {"signals": {"price_daily_amplitude": 0.0,
+                                        "price_spikes_per_day": 0.0}})]
+    out += [("solar 300 kWp", {"signals": {"solar_kwp": 300.0, "solar_source": "synthetic"}})]
+    out += [("carbon price 250 $/t", {"cost": {"carbon_usd_per_tonne": 250.0}})]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="price_peak")
+    ap.add_argument("--n-seeds", type=int, default=8)
+    ap.add_argument("--tune-samples", type=int, default=6)
+    ap.add_argument("--tune-seeds", type=int, default=4)
+    ap.add_argument("--only", help="comma-separated design labels to run (default: all)")
+    ap.add_argument("--out", default="results/headroom_grid.json")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = json.loads(out.read_text())["designs"] if out.exists() else []
+    have = {d["design"] for d in done}
+    wanted = set(args.only.split(",")) if args.only else None
+    t0 = time.perf_counter()
+    for label, over in designs(args.base):
+        if label in have or (wanted and label not in wanted):
+            continue
+        cfg = load_scenario(args.base, over)
+        row = measure(cfg, n_seeds=args.n_seeds, tune_samples=args.tune_samples,
+                      tune_seeds=args.tune_seeds, mpc_samples=1)
+        row.name = label[:16]
+        print(format_rows([row]).splitlines()[-1], f" {row.wall_s:.0f} s", flush=True)
+        done.append({"design": label, "overrides": over, **row.to_json()})
+        out.write_text(json.dumps({"base": args.base, "n_seeds": args.n_seeds,
+                                   "tune_samples": args.tune_samples,
+                                   "tune_seeds": args.tune_seeds, "designs": done}, indent=1))
+    print(f"{len(done)} designs in {out} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
