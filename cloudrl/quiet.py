@@ -18,7 +18,7 @@ import os
 # logger name -> substrings of messages to drop (an empty tuple drops the logger's INFO lines)
 NOISE: dict[str, tuple[str, ...]] = {
     "ray.rllib.algorithms.algorithm_config": ("on the new API stack!",),
-    "ray.rllib": ("`RLModule(config=[RLModuleConfig object])` has been deprecated",),
+    "ray._common.deprecation": ("`RLModule(config=[RLModuleConfig object])` has been deprecated",),
     "ray.tune.utils.util": ("Install gputil for GPU system monitoring",),
     "ray._private.authentication.authentication_token_setup": (
         "Token authentication is enabled for this Ray cluster",),

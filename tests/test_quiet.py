@@ -13,6 +13,10 @@ from cloudrl import quiet
 def clean_loggers():
     names = list(quiet.NOISE) + list(quiet.INFO_ONLY)
     saved = {n: (logging.getLogger(n).filters[:], logging.getLogger(n).level) for n in names}
+    for n in names:  # start from Ray's own state (an earlier test may have run the CLI)
+        log = logging.getLogger(n)
+        log.filters[:] = [f for f in log.filters if not isinstance(f, quiet._DropMessages)]
+        log.setLevel(logging.NOTSET)
     yield
     for n, (filters, level) in saved.items():
         logging.getLogger(n).filters[:] = filters
