@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm import tqdm
 
-from cloudrl.headline.params import TUNED_SUFFIX
+from cloudrl.heuristics.tuned import TUNED_SUFFIX
 from cloudrl.metrics import METRIC_LABELS, METRICS, EpisodeMetrics, episode_metrics, summarize
 from cloudrl.policy import Interface, Policy
 from cloudrl.protocol import N_SEEDS, Split, seeds_for
@@ -67,7 +67,7 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _tuned_rows_have_params(self) -> EvalConfig:
-        from cloudrl.headline.params import tuned_heuristic
+        from cloudrl.heuristics.tuned import tuned_heuristic
 
         for base, params in self.heuristic_params.items():
             try:
@@ -103,7 +103,7 @@ def resolve_policy(name: str, interface: Interface, env_cfg: EnvConfig | None = 
         return policy
     base = name.removesuffix(TUNED_SUFFIX)
     if name.endswith(TUNED_SUFFIX) and base in (heuristic_params or {}):
-        from cloudrl.headline.params import tuned_heuristic
+        from cloudrl.heuristics.tuned import tuned_heuristic
 
         return tuned_heuristic(base, heuristic_params[base], interface)
     return make_heuristic(name, interface)

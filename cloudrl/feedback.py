@@ -131,7 +131,7 @@ def export_jsonl(db: str | Path, out: str | Path) -> int:
 
 
 # ----------------------------------------------------------------------------- pair datasets
-# Operator pairs into the preference-pair dataset (cloudrl.alignment.preferences), the schema
+# Operator pairs into the preference-pair dataset (cloudrl.data.pairs), the schema
 # teacher pairs use. Each inline trajectory step's ClusterState is loaded into the policy
 # env's own simulator (the decision service's path: serve_apps.state.to_snapshot, then
 # env.observe_snapshot), so its observation is exactly what the env and the service build.
@@ -188,8 +188,8 @@ def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut
     action repeated)."""
     from pydantic import ValidationError
 
-    from cloudrl.alignment.preferences import Segment
-    from cloudrl.alignment.teacher import overload_count, placement_slowdowns, spread
+    from cloudrl.data.pairs import Segment
+    from cloudrl.data.segments import overload_count, placement_slowdowns, spread
     from serve_apps.schemas import Trajectory
     from serve_apps.state import StateError, to_snapshot
 
@@ -246,9 +246,9 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
     ``env_config`` and ``interface`` are the env the operators' states belong to (the
     serving policy's fleet). Labels: ``"a"`` -> 1.0, ``"b"`` -> 0.0, ``"equal"`` -> 0.5.
     """
-    from cloudrl.alignment.preferences import pair_row, write_pairs
-    from cloudrl.alignment.recording import make_env
-    from cloudrl.alignment.teacher import TeacherConfig
+    from cloudrl.data.pairs import pair_row, write_pairs
+    from cloudrl.data.segments import DefaultStats
+    from cloudrl.policy import make_env
 
     if not Path(db).is_file():
         raise FileNotFoundError(f"feedback database {db} does not exist")
@@ -256,7 +256,7 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
         raise ValueError(f"segment_length must be >= 1, got {segment_length}")
     if cut not in ("head", "tail"):
         raise ValueError(f"cut must be 'head' or 'tail', got {cut!r}")
-    teacher_cfg = teacher_config or TeacherConfig()
+    teacher_cfg = teacher_config or DefaultStats()
     env = make_env(env_config, interface)  # type: ignore[arg-type]
     result = OperatorExport()
     store = FeedbackStore(db)

@@ -9,9 +9,12 @@ code path.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 import numpy as np
+
+from envs.env_config import EnvConfig
 
 Interface = Literal["flat", "branching"]
 INTERFACES: tuple[Interface, ...] = ("flat", "branching")
@@ -37,3 +40,11 @@ def branch_layout(obs: dict[str, np.ndarray]) -> tuple[int, int, int, int]:
     t = obs["servers"].shape[1] - len(SERVER_COLS)
     levels = obs["action_mask"].shape[0] - k * (n + 1) - 3 * t
     return k, n, t, levels
+
+
+def make_env(env_config: EnvConfig | Mapping[str, Any] | None, interface: Interface):
+    """The gymnasium env of ``interface`` (flat or branching) on ``env_config``."""
+    from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
+
+    cls = ClusterSchedulingEnv if interface == "flat" else ClusterBranchingEnv
+    return cls(EnvConfig.coerce(env_config))

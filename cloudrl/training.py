@@ -89,7 +89,7 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _init_state_fits(self) -> TrainConfig:
         if self.init_module_state is not None:
-            from cloudrl.alignment.bc import check_module_state
+            from cloudrl.algorithms.module_state import check_module_state
 
             self.init_module_state = check_module_state(self.init_module_state, self.algo,
                                                         self.hidden)

@@ -56,11 +56,11 @@ def main() -> None:
     import ray
 
     from cloudrl.alignment.phase3 import Phase3Config, train_phase3
-    from cloudrl.alignment.preferences import read_table, write_pairs
-    from cloudrl.alignment.recording import record_episodes
     from cloudrl.alignment.reward_model import RewardModelConfig, train_reward_model
     from cloudrl.alignment.teacher import make_teacher_pairs
+    from cloudrl.data.pairs import read_table, write_pairs
     from cloudrl.evaluate import EvalConfig, evaluate, format_table, summary_rows
+    from cloudrl.recording import record_episodes
     from cloudrl.training import TrainConfig, train
     from envs.env_config import EnvConfig
 

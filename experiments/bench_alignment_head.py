@@ -4,7 +4,7 @@ What it does (the safety benchmark; goal: fewer violations of each
 teacher bound per episode, with no more energy):
 
 1. Demonstrations (branching interface, N=``--n-servers``, poisson, train seeds), recorded
-   with :func:`cloudrl.alignment.recording.record_episodes`: ``--episodes`` episodes of each
+   with :func:`cloudrl.recording.record_episodes`: ``--episodes`` episodes of each
    of ``--demo-policies`` (power_aware, round_robin, ffd, sjf), each policy on its own seeds
    (``demos/``) and, for matched pairs, every policy on the same seeds (``demos_matched/``).
 2. Pair datasets of ``--pairs`` pairs of ``--segment`` steps, one per head arm:
@@ -162,7 +162,7 @@ def record_demos(out: Path, env: dict[str, Any], policies: list[str], episodes: 
                  same_seeds: bool = False) -> dict[str, float]:
     """``episodes`` per policy on train seeds: each policy its own seeds, or (``same_seeds``)
     every policy on seeds 0..episodes-1, i.e. on the same workloads."""
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
 
     returns = {}
     for i, policy in enumerate(policies):
@@ -208,8 +208,10 @@ def train_run(name: str, cfg: Any, out: Path) -> tuple[Path, list[dict[str, floa
 def evaluate(policy: Any, env: dict[str, Any], seeds: list[int]) -> list[dict[str, float]]:
     """Per test episode: return and the teacher's statistics over the whole episode
     (always the default teacher's definitions: overload above utilisation 0.9)."""
-    from cloudrl.alignment.recording import make_env, record_episode
-    from cloudrl.alignment.teacher import TeacherConfig, episode_data, segment_stats
+    from cloudrl.alignment.teacher import TeacherConfig
+    from cloudrl.data.segments import episode_data, segment_stats
+    from cloudrl.policy import make_env
+    from cloudrl.recording import record_episode
     from envs.env_config import EnvConfig
 
     gym_env = make_env(EnvConfig.coerce(env), policy.interface)
@@ -277,8 +279,9 @@ def make_matched_pairs(episodes: list[Any], n_pairs: int, segment: int, seed: in
     compare behaviour, not load. Returns the label and deciding-criterion counts."""
     from collections import Counter, defaultdict
 
-    from cloudrl.alignment.preferences import pair_row, write_pairs
-    from cloudrl.alignment.teacher import Teacher, cut_segment
+    from cloudrl.alignment.teacher import Teacher
+    from cloudrl.data.pairs import pair_row, write_pairs
+    from cloudrl.data.segments import cut_segment
 
     by_seed: dict[int, list[Any]] = defaultdict(list)
     for ep in episodes:
@@ -317,7 +320,8 @@ def make_matched_pairs(episodes: list[Any], n_pairs: int, segment: int, seed: in
 def make_pairs(args: argparse.Namespace, demos: Path, out: Path, kind: str) -> dict[str, Any]:
     """The arm's pair dataset at ``out``: random pairs (lex, energy) from ``demos``, matched
     pairs (energy teacher) from ``demos``'s same-seed recordings."""
-    from cloudrl.alignment.teacher import load_episode_data, make_teacher_pairs
+    from cloudrl.alignment.teacher import make_teacher_pairs
+    from cloudrl.data.segments import load_episode_data
 
     cfg = teacher_config("energy" if kind == "matched" else kind, args.n_servers,
                          args.segment, args.overload_bound)
@@ -342,7 +346,7 @@ def make_pairs(args: argparse.Namespace, demos: Path, out: Path, kind: str) -> d
 def label_directions(pairs_dir: str | Path) -> dict[str, float]:
     """What the labels teach, over the decided pairs: the share whose preferred side used
     less energy / had less overload, and the mean energy difference preferred - other."""
-    from cloudrl.alignment.preferences import read_pairs
+    from cloudrl.data.pairs import read_pairs
 
     pairs = read_pairs(pairs_dir)
     decided = pairs.label != 0.5
@@ -403,9 +407,9 @@ def start_ray(attempts: int = 4) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import ray
 
-    from cloudrl.alignment.recording import make_policy
     from cloudrl.checkpoint_policy import CheckpointPolicy
     from cloudrl.protocol import test_seeds
+    from cloudrl.recording import make_policy
 
     args = parse_args(argv)
     out = Path(args.out)

@@ -4,7 +4,7 @@ What it does (behaviour cloning's Ray Train scaling):
 
 1. Demonstrations: ``--episodes`` episodes of each heuristic in ``--policies`` (N=15,
    poisson, ``--max-steps`` steps, train seeds 0..) on the interface(s) asked for, recorded
-   with :mod:`cloudrl.alignment.recording` (kept in ``--out`` and reused).
+   with :mod:`cloudrl.recording` (kept in ``--out`` and reused).
 2. For each interface, :func:`cloudrl.alignment.bc.train_bc` with the same config
    (``--epochs`` epochs, global batch ``--batch-size``, hidden 128) on 1 and on 2 Ray Train
    workers (1 CPU each, gloo, DDP through Accelerate), in one run and one Ray session.
@@ -55,7 +55,7 @@ HEURISTICS = ("power_aware", "sjf", "ffd", "round_robin")
 
 def record(out: Path, interface: str, policies: list[str], episodes: int,
            max_steps: int) -> Path:
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
 
     out.mkdir(parents=True, exist_ok=True)
     if not any(out.glob("*.parquet")):
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import ray
 
-    from cloudrl.alignment.bc import BCConfig, load_demonstrations, train_bc
+    from cloudrl.alignment.bc import BCConfig, train_bc
+    from cloudrl.data.demonstrations import load_demonstrations
 
     out = Path(args.out)
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)

@@ -142,15 +142,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cloudrl.data.offline import DatasetError, read_dataset
 from cloudrl.offline.config import OfflineConfig
-from cloudrl.offline.dataset import (
-    DatasetError,
-    format_summary,
-    read_dataset,
-    record_dataset,
-    subset_dataset,
-    summarize,
-)
+from cloudrl.offline.dataset import format_summary, record_dataset, subset_dataset, summarize
 from cloudrl.offline.evaluation import evaluate, format_rows
 from cloudrl.offline.train import dataset_budget, train
 

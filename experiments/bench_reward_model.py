@@ -83,7 +83,7 @@ FRESH_SEED_OFFSET = 20
 
 
 def record(out: Path, episodes: int, max_steps: int, seed0: int) -> Path:
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
 
     out.mkdir(parents=True, exist_ok=True)
     if not any(out.glob("*.parquet")):
@@ -95,8 +95,8 @@ def record(out: Path, episodes: int, max_steps: int, seed0: int) -> Path:
 
 
 def pairs(episodes_dir: Path, n: int, seed: int, out: Path, segment_length: int) -> Path:
-    from cloudrl.alignment.preferences import first_state_segment_file
     from cloudrl.alignment.teacher import make_teacher_pairs
+    from cloudrl.data.pairs import first_state_segment_file
 
     if out.is_dir() and any(out.glob("*.parquet")) and first_state_segment_file(out):
         raise SystemExit(f"{out}: pairs from before transition segments (T observations "
@@ -175,7 +175,7 @@ def main() -> None:
                 args.segment_length)
     args.fresh = None
     if fresh_eps is not None:
-        from cloudrl.alignment.preferences import read_pairs
+        from cloudrl.data.pairs import read_pairs
 
         args.fresh = read_pairs(pairs(fresh_eps, args.fresh_pairs, args.seed + 2000,
                                       args.out / "pairs_fresh", args.segment_length))

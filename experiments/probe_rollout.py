@@ -8,7 +8,7 @@ independent copy of the env: ``p`` for this block, then preset 0 for ``--horizon
 over ``--futures-count`` futures with common random numbers across presets; the score is
 the summed env reward (energy, violation and toggle terms); the real env steps with the
 best preset (ties go to preset 0). Per seed the rollout episode is paired with constant
-preset 0 on the same seed. Helpers: ``cloudrl/headline/rollout.py``.
+preset 0 on the same seed. Helpers: ``cloudrl/algorithms/rollout.py``.
 
 ``--futures true`` plays the episode's real future (the simulator pre-generates every
 arrival at reset): a clairvoyant CEILING on what the preset choice can gain, not a policy.
@@ -64,8 +64,8 @@ import numpy as np
 import yaml
 
 from cloudrl.algorithms.gated.controller import CONTROLLER_PATH
+from cloudrl.algorithms.rollout import FUTURES, RULES, choose, rollout_scores
 from cloudrl.headline.report import paired
-from cloudrl.headline.rollout import FUTURES, RULES, choose, rollout_scores
 from envs.gated_env import GatedControllerEnv
 
 HEADLINE_YAML = Path(__file__).with_name("headline.yaml")

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudrl.alignment.preferences import (
+from cloudrl.alignment.teacher import Criterion, Teacher, TeacherConfig
+from cloudrl.data.episodes import read_episodes
+from cloudrl.data.pairs import (
     PAIR_SCHEMA,
     PairDataError,
     Segment,
@@ -21,22 +23,17 @@ from cloudrl.alignment.preferences import (
     read_pairs,
     write_pairs,
 )
-from cloudrl.alignment.recording import (
-    make_env,
-    read_episodes,
-    record_episodes,
-)
-from cloudrl.alignment.teacher import (
-    Criterion,
+from cloudrl.data.segments import (
+    DefaultStats,
     EpisodeData,
-    Teacher,
-    TeacherConfig,
     cut_segment,
     overload_count,
     placement_slowdowns,
     segment_stats,
     spread,
 )
+from cloudrl.policy import make_env
+from cloudrl.recording import record_episodes
 from envs.observation import JOB_COLS, SERVER_COLS, J, S
 
 # ----------------------------------------------------------------------------- pair schema
@@ -115,7 +112,7 @@ def test_state_segments_and_files_from_before_obs_steps_still_read(tmp_path):
 
 
 def test_pair_dataset_reads_with_ray_data(tmp_path, ray_session):
-    from cloudrl.alignment.preferences import pairs_dataset
+    from cloudrl.data.pairs import pairs_dataset
 
     write_pairs(_rows(4), tmp_path, rows_per_file=3)
     ds = pairs_dataset(tmp_path)
@@ -299,6 +296,26 @@ def test_label_noise_flips_decided_labels_at_the_configured_rate():
     again = Teacher(cfg, seed=7)
     assert [again.label(a, b) for _ in range(50)] == labels[:50].tolist()
     assert all(Teacher(TeacherConfig(), seed=1).label(a, b) == 1.0 for _ in range(100))
+
+
+def test_segment_statistics_default_to_the_teachers_settings():
+    """Without a config the statistics use the teacher's defaults (the feedback export
+    and the offline cost count overload as the teacher does)."""
+    teacher = TeacherConfig()
+    assert DefaultStats().overload_threshold == teacher.overload_threshold
+    assert DefaultStats().fairness == teacher.fairness
+    strict = TeacherConfig(overload_threshold=0.5, fairness="std")
+    servers = np.zeros((3, 2, len(SERVER_COLS) + 1), dtype=np.float32)
+    servers[..., S["mem_cap"]] = 1.0
+    servers[..., S["mem_free"]] = 1.0
+    servers[1:, 0, S["cpu_util"]] = 0.7  # over 0.5, under 0.9
+    ep = EpisodeData(macro=np.zeros((3, 4), np.float32), servers=servers,
+                     jobs=np.zeros((3, 2, len(JOB_COLS)), np.float32),
+                     mask=np.ones((3, 7), np.float32), actions=np.full((2, 1), 6),
+                     violations=np.zeros(2), energy_kwh=np.ones(2))
+    assert segment_stats(ep, 0, 2)["overload"] == 0.0
+    assert segment_stats(ep, 0, 2, strict)["overload"] == 2.0
+    assert cut_segment(ep, 0, 2).stats == segment_stats(ep, 0, 2, DefaultStats())
 
 
 def test_segment_statistics_on_hand_made_arrays():
@@ -567,7 +584,7 @@ def test_cli_record_then_pairs_end_to_end(tmp_path, capsys):
     assert set(data.meta["a_policy"]) <= {"power_aware", "round_robin"}
     assert set(data.meta["a_episode_seed"]) <= {0, 1}
     # the stored statistics are the segments' own: recompute one from the episodes
-    from cloudrl.alignment.teacher import load_episode_data
+    from cloudrl.data.segments import load_episode_data
 
     eps = {(e.policy, e.episode_seed): e for e in load_episode_data(demos)}
     ep = eps[(data.meta["b_policy"][0], int(data.meta["b_episode_seed"][0]))]

@@ -28,13 +28,7 @@ from cloudrl.algorithms.alignment_head import (
 )
 from cloudrl.algorithms.bdq import BDQConfig
 from cloudrl.algorithms.masked_ppo import MaskedPPOConfig, MaskedPPOTorchLearner
-from cloudrl.alignment.preferences import (
-    PairArrays,
-    PairDataError,
-    Segment,
-    pair_row,
-    write_pairs,
-)
+from cloudrl.data.pairs import PairArrays, PairDataError, Segment, pair_row, write_pairs
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from models.alignment_head import alignment_head_hiddens
 from models.bdq import BDQTorchRLModule
@@ -265,8 +259,9 @@ def test_paired_differences_and_the_goal_verdict_by_hand() -> None:
 
 def test_matched_pairs_compare_two_policies_on_the_same_workload_and_start(
         tmp_path: Path) -> None:
-    from cloudrl.alignment.preferences import read_pairs
-    from cloudrl.alignment.teacher import Teacher, load_episode_data
+    from cloudrl.alignment.teacher import Teacher
+    from cloudrl.data.pairs import read_pairs
+    from cloudrl.data.segments import load_episode_data
     from experiments.bench_alignment_head import (
         make_matched_pairs,
         record_demos,

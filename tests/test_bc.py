@@ -13,17 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from cloudrl.alignment.bc import (
-    BCConfig,
-    build_module,
-    check_module_state,
-    dqfd_margin_loss,
-    load_demonstrations,
-    module_model_config,
-    train_bc,
-)
-from cloudrl.alignment.recording import record_episodes
+from cloudrl.algorithms.dqfd import dqfd_margin_loss
+from cloudrl.algorithms.module_state import check_module_state
+from cloudrl.alignment.bc import BCConfig, build_module, module_model_config, train_bc
 from cloudrl.cli import main
+from cloudrl.data.demonstrations import load_demonstrations
+from cloudrl.recording import record_episodes
 from cloudrl.training import TrainConfig, build_algo_config
 
 ENV = {"n_servers": 5, "sim": {"episode_length": 50}}

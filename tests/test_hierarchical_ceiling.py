@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from cloudrl.algorithms.hierarchical.ceiling import clone_cluster, run_ceiling_episode
 from cloudrl.algorithms.hierarchical.sub_agents import make_sub_agent
+from cloudrl.algorithms.rollout import choose
 from cloudrl.evaluate import make_env, run_episode
-from cloudrl.headline.rollout import choose
 from envs.env_config import EnvConfig
 
 SMALL = {"n_servers": 10, "workload": "google_v2_like", "sim": {"episode_length": 80}}

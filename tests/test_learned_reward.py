@@ -27,7 +27,7 @@ def rollout(interface: str, steps: int, seed: int = 3):
     """A SingleAgentEpisode of random feasible actions, with its obs list and env rewards."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from cloudrl.alignment.recording import make_env
+    from cloudrl.policy import make_env
 
     env = make_env(ENV, interface)
     rng = np.random.default_rng(seed)
@@ -314,7 +314,7 @@ def _same_start(a, b) -> None:
 def test_anchor_weight_zero_is_the_plain_update_bit_for_bit(algo_name, tmp_path):
     from cloudrl.algorithms.anchor import KL_KEY, MARGIN_KEY
     from cloudrl.algorithms.specs import load, spec_of
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
     from cloudrl.training import build_algo_config
 
     anchored_cls = load(spec_of(algo_name).anchored_learner)
@@ -384,10 +384,10 @@ def test_kl_anchor_is_zero_against_itself_and_positive_otherwise():
 
 def test_requery_adds_teacher_pairs_and_changes_the_learner_reward(reward, tmp_path):
     from cloudrl.alignment.learned_reward import learner_reward_state
-    from cloudrl.alignment.preferences import read_pairs
-    from cloudrl.alignment.recording import record_episodes
     from cloudrl.alignment.requery import Requery, RequeryConfig
     from cloudrl.alignment.teacher import TeacherConfig, make_teacher_pairs
+    from cloudrl.data.pairs import read_pairs
+    from cloudrl.recording import record_episodes
 
     model, payload = reward
     record_episodes("power_aware", tmp_path / "demos", env_config=ENV, episodes=1)
@@ -428,7 +428,7 @@ def test_requery_cuts_segments_across_sampled_chunks():
     collect_episodes(env_runner=runner, samples=[rest], max_episodes=4)
     (joined,) = pop_episodes(runner)
     assert joined.length == 12 and joined.macro.shape[0] == 13
-    whole = __import__("cloudrl.alignment.teacher", fromlist=["x"]).episode_data(ep)
+    whole = __import__("cloudrl.data.segments", fromlist=["x"]).episode_data(ep)
     np.testing.assert_array_equal(joined.macro, whole.macro)
     np.testing.assert_array_equal(joined.violations, whole.violations)
     assert pop_episodes(runner) == []
@@ -437,9 +437,9 @@ def test_requery_cuts_segments_across_sampled_chunks():
 def test_phase3_checkpoint_loads_in_cloudrl_evaluate(reward, tmp_path):
     from cloudrl.alignment.phase3 import Phase3Config, train_phase3
     from cloudrl.alignment.pipeline import evaluate_checkpoint
-    from cloudrl.alignment.recording import record_episodes
     from cloudrl.alignment.reward_model import _write_checkpoint
     from cloudrl.alignment.teacher import make_teacher_pairs
+    from cloudrl.recording import record_episodes
 
     model, payload = reward
     record_episodes("power_aware", tmp_path / "demos", env_config=ENV, episodes=1)

@@ -40,8 +40,8 @@ def operator_pairs(n: int, interface: str, seed0: int = 0, steps: int = 6,
                    env_config: dict | None = None) -> list[dict]:
     """Simulated operator judgements: two heuristics from the same state, the one with the
     larger true env reward over the segment preferred (trajectories as the service gets)."""
-    from cloudrl.alignment.recording import make_env
     from cloudrl.heuristics import make_heuristic
+    from cloudrl.policy import make_env
     from serve_apps.state import state_of
 
     names = ("power_aware", "round_robin", "ffd", "sjf")

@@ -22,7 +22,7 @@ def data(tmp_path_factory):
 
 
 def test_record_prints_the_summary(data, capsys):
-    from cloudrl.offline.dataset import read_dataset
+    from cloudrl.data.offline import read_dataset
 
     assert len(read_dataset(data)) == 8
     assert main(["offline", "record", *TINY, "--policy", "ffd", "--episodes", "1",
@@ -34,8 +34,8 @@ def test_record_prints_the_summary(data, capsys):
 def test_the_rllib_pre_learner_batch_holds_recorded_transitions_and_costs(data):
     """record -> RLlib's OfflinePreLearner + the cql_lag learner connector -> the same
     (obs, action, reward, cost) as recorded."""
+    from cloudrl.data.offline import read_dataset
     from cloudrl.offline.config import OfflineConfig
-    from cloudrl.offline.dataset import read_dataset
     from cloudrl.offline.train import build_config
 
     cfg = OfflineConfig.model_validate({"env": {"n_servers": 3, "sim": {"episode_length": 20}},

@@ -202,8 +202,8 @@ class UniformPolicy:
 
 
 def cmdp_episodes(n: int = 40, length: int = 20):
-    from cloudrl.alignment.recording import record_episode
     from cloudrl.offline.dataset import CostInfo
+    from cloudrl.recording import record_episode
 
     env, pol = CostInfo(TwoStateCMDP(length=length)), UniformPolicy()
     return [record_episode(env, pol, seed) for seed in range(n)]

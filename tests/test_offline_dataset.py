@@ -7,19 +7,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cloudrl.alignment.recording import ITEM_COLUMN, make_env, pack_episode, record_episode
+from cloudrl.data.episodes import ITEM_COLUMN, pack_episode
+from cloudrl.data.offline import COST_KEY, DatasetError, episode_cost, read_dataset
 from cloudrl.offline.dataset import (
-    COST_KEY,
     CostInfo,
-    DatasetError,
     EpsilonNoisy,
     action_coverage,
-    episode_cost,
     random_valid_action,
-    read_dataset,
     record_dataset,
     summarize,
 )
+from cloudrl.policy import make_env
+from cloudrl.recording import record_episode
 
 SMALL_ENV = {"n_servers": 4, "sim": {"episode_length": 30}}
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cloudrl.headline.params import power_aware_config
 from cloudrl.headline.tuning import default_point, search_space
 from cloudrl.heuristics.power_aware import PowerAwareConfig, PowerAwareConsolidation
+from cloudrl.heuristics.tuned import power_aware_config
 from envs.cluster_env import ClusterBranchingEnv
 from tests.test_heuristics import make_obs
 

@@ -14,8 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudrl.alignment.bradley_terry import bt_loss, calibration, pair_accuracy
-from cloudrl.alignment.preferences import PairArrays, PairDataError, Segment, pair_row, write_pairs
+from cloudrl.algorithms.bradley_terry import bt_loss, calibration, pair_accuracy
 from cloudrl.alignment.reward_model import (
     RewardModelConfig,
     RewardNetSpec,
@@ -30,6 +29,7 @@ from cloudrl.alignment.reward_model import (
     synthetic_transition_pairs,
     train_reward_model,
 )
+from cloudrl.data.pairs import PairArrays, PairDataError, Segment, pair_row, write_pairs
 from models.reward_net import RewardEnsemble, RewardNet, build_reward_ensemble, obs_space_from_dims
 
 TINY_NET = RewardNetSpec(macro_hiddens=[16], row_hiddens=[16], hidden=32, head_hiddens=[32])
@@ -155,8 +155,8 @@ def test_transition_net_sums_rewards_of_consecutive_observation_pairs():
 def test_transition_features_recover_the_env_step_violations_exactly():
     """On a real rollout the derived column equals info["violations"] at every step: the
     layout index and the EMA weight are the simulator's (a change to either fails here)."""
-    from cloudrl.alignment.recording import make_env
     from cloudrl.heuristics import make_heuristic
+    from cloudrl.policy import make_env
     from envs import sim
     from models.reward_net import TransitionFeatures
 
@@ -187,8 +187,8 @@ def test_transition_reward_recovers_violations_a_state_reward_cannot_see():
     change of the violation EMA) plus a small server term: the transition net ranks
     held-out pairs >= 0.9 after 10 epochs; the same net without the transition column (a
     state reward on the post-step observations) stays < 0.7."""
-    from cloudrl.alignment.preferences import PairArrays
     from cloudrl.alignment.requery import finetune
+    from cloudrl.data.pairs import PairArrays
 
     pairs, counts = synthetic_transition_pairs(1000, seed=0)
     assert pairs.transitions and counts.shape == (1000, 2, 8)

@@ -1,4 +1,4 @@
-"""Rollout probe helpers (``cloudrl.headline.rollout``): independent env copies, resampled
+"""Rollout probe helpers (``cloudrl.algorithms.rollout``): independent env copies, resampled
 futures that keep the past, and preset scores that match playing the env."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cloudrl.algorithms.gated.controller import CONTROLLER_PATH
-from cloudrl.headline.rollout import choose, clone_env, resample_future, rollout_scores
+from cloudrl.algorithms.rollout import choose, clone_env, resample_future, rollout_scores
 from envs.gated_env import GatedControllerEnv
 
 ENV = {"n_servers": 10, "sim": {"episode_length": 150}}

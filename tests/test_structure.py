@@ -6,7 +6,11 @@
   learners (those live in ``cloudrl/algorithms/<name>/``);
 * the modules of ``cloudrl/`` import each other without cycles (a cycle means two
   modules that are one, or a callback into the caller); in particular the MLflow side of
-  a sweep never imports the sweep.
+  a sweep never imports the sweep;
+* inside ``cloudrl/`` every import goes down the layer table (``LAYERS``, the one of
+  DESIGN.md "Layers inside cloudrl/"): never up, and never sideways between two rooms of
+  one layer (two pipelines, say), except among the small shared services. A module that
+  belongs to no room fails too, so the table stays the map.
 """
 
 from __future__ import annotations
@@ -110,6 +114,72 @@ def cloudrl_imports(root: Path, package: str) -> list[str]:
     return bad
 
 
+# Layers inside cloudrl/, bottom first: (layer, rooms, may its rooms import each other).
+# A room is a module or package under cloudrl/ (the longest matching prefix wins).
+# Beyond DESIGN.md's table: checkpoint_policy is part of algorithms/ (it reads a checkpoint
+# through the algorithm table, and the hierarchy loads sub-agent checkpoints with it), so
+# evaluate.py and recording.py, which run any policy a checkpoint included, sit just
+# above algorithms/; the operator-feedback store sits just above the formats it writes;
+# loop/ and labelling/ compose the alignment pipeline (retrain, reward-model uncertainty)
+# and sit above the pipelines.
+LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
+    ("shared services", ("cloudrl", "protocol", "metrics", "tracking", "replay",
+                         "config_loader", "ray_utils", "threads", "callbacks", "connectors",
+                         "env_runners", "policy", "quiet", "demo_report", "trace_import",
+                         "signals"), True),
+    ("data", ("data",), False),
+    ("operator feedback", ("feedback",), False),
+    ("policies", ("heuristics", "mpc", "lower_bound"), False),
+    ("algorithms", ("algorithms",), False),
+    ("evaluation", ("evaluate", "recording"), False),
+    ("driver", ("training",), False),
+    ("pipelines", ("headline", "alignment", "offline", "sweep", "compare", "scenarios"),
+     False),
+    ("composed pipelines", ("loop", "labelling"), False),
+    ("entry points", ("cli", "serve_cli", "signals_cli", "__main__"), True),
+]
+# modules that belong to another room (a module and its helper)
+SAME_ROOM = {"sweep_tracking": "sweep", "violation_floor": "lower_bound",
+             "checkpoint_policy": "algorithms"}
+
+
+def room_of(module: str, package: str = "cloudrl") -> str | None:
+    """The room of a dotted module name: its first part below ``package``."""
+    if module == package:
+        return package
+    parts = module.split(".")
+    if parts[0] != package or len(parts) < 2:
+        return None
+    return SAME_ROOM.get(parts[1], parts[1])
+
+
+def layer_violations(graph: dict[str, set[str]],
+                     layers: list[tuple[str, tuple[str, ...], bool]] = LAYERS,
+                     package: str = "cloudrl") -> list[str]:
+    """``a -> b: why`` for every import that goes up or sideways, or leaves the table."""
+    level, shared = {}, {}
+    for i, (_, rooms, may_share) in enumerate(layers):
+        for room in rooms:
+            level[SAME_ROOM.get(room, room)] = i
+            shared[SAME_ROOM.get(room, room)] = may_share
+    bad = []
+    for module in sorted(graph):
+        src = room_of(module, package)
+        if src not in level:
+            bad.append(f"{module}: room {src!r} is in no layer (add it to LAYERS)")
+            continue
+        for dep in sorted(graph[module]):
+            dst = room_of(dep, package)
+            if dst == src or dst not in level:
+                continue  # the same room; an unknown one is reported as a source
+            if level[dst] > level[src]:
+                bad.append(f"{module} -> {dep}: up from {layers[level[src]][0]} to "
+                           f"{layers[level[dst]][0]}")
+            elif level[dst] == level[src] and not shared[src]:
+                bad.append(f"{module} -> {dep}: sideways inside {layers[level[src]][0]}")
+    return bad
+
+
 def test_models_and_envs_import_nothing_from_cloudrl() -> None:
     assert cloudrl_imports(ROOT, "models") == []
     assert cloudrl_imports(ROOT, "envs") == []
@@ -132,6 +202,43 @@ def test_cloudrl_modules_import_each_other_without_cycles() -> None:
     graph = import_graph(ROOT, "cloudrl")
     assert "cloudrl.sweep" not in graph["cloudrl.sweep_tracking"]
     assert cycles(graph) == []
+
+
+def test_cloudrl_imports_only_go_down_the_layers() -> None:
+    """Algorithms import no pipeline, the driver and the pipelines do not import each
+    other, the feedback store reaches into no pipeline: every arrow goes down."""
+    graph = import_graph(ROOT, "cloudrl")
+    assert layer_violations(graph) == []
+    algorithms = {d for m, deps in graph.items() if m.startswith("cloudrl.algorithms")
+                  for d in deps}
+    for upper in ("cloudrl.alignment", "cloudrl.offline", "cloudrl.headline",
+                  "cloudrl.training"):
+        assert not any(d == upper or d.startswith(upper + ".") for d in algorithms), upper
+    assert not any(d.startswith("cloudrl.alignment") for d in graph["cloudrl.training"])
+    assert not any(d.startswith("cloudrl.alignment") for d in graph["cloudrl.feedback"])
+
+
+def test_the_layer_check_finds_upward_sideways_and_unmapped_imports(tmp_path: Path) -> None:
+    """The checker itself, on a made-up package: an import up a layer, one sideways
+    between two pipelines and a module in no room are each reported; a downward import
+    and one inside a room are not."""
+    app = tmp_path / "cloudrl"
+    (app / "algorithms").mkdir(parents=True)
+    for name in ("__init__.py", "algorithms/__init__.py", "protocol.py"):
+        (app / name).write_text("")
+    (app / "algorithms" / "a.py").write_text("from cloudrl.algorithms import b\n"
+                                             "from cloudrl.protocol import SEEDS\n"
+                                             "def f():\n    from cloudrl.headline import x\n")
+    (app / "algorithms" / "b.py").write_text("")
+    (app / "headline.py").write_text("import cloudrl.offline\n")
+    (app / "offline.py").write_text("from cloudrl.algorithms.a import f\n")
+    (app / "mystery.py").write_text("")
+    bad = layer_violations(import_graph(tmp_path, "cloudrl"))
+    assert bad == [
+        "cloudrl.algorithms.a -> cloudrl.headline: up from algorithms to pipelines",
+        "cloudrl.headline -> cloudrl.offline: sideways inside pipelines",
+        "cloudrl.mystery: room 'mystery' is in no layer (add it to LAYERS)",
+    ]
 
 
 def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """The preference-alignment head's learner side, shared by the BDQ and masked-PPO learners.
 
 While the agent learns, the learner adds ``alignment_weight * BT`` to its loss, where BT is
-the Bradley-Terry loss (:func:`cloudrl.alignment.bradley_terry.bt_loss`) of the module's
+the Bradley-Terry loss (:func:`cloudrl.algorithms.bradley_terry.bt_loss`) of the module's
 alignment head (``models.alignment_head``) on a minibatch of ``alignment_batch`` ranked
-segment pairs. The pairs are a dataset on disk (``cloudrl.alignment.preferences``),
+segment pairs. The pairs are a dataset on disk (``cloudrl.data.pairs``),
 read once per learner onto its device and sampled with the learner's own seeded numpy
 generator (``config.seed``, and the learner index for multi-learner setups).
 ``alignment_trunk_grad_scale`` multiplies the preference gradient reaching the shared
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from cloudrl.alignment.bradley_terry import bt_loss
-from cloudrl.alignment.preferences import PairArrays, PairDataError, pair_files, read_pairs
+from cloudrl.algorithms.bradley_terry import bt_loss
+from cloudrl.data.pairs import PairArrays, PairDataError, pair_files, read_pairs
 
 BT_LOSS_KEY = "alignment/bt_loss"
 PAIR_ACCURACY_KEY = "alignment/pair_accuracy"
@@ -93,7 +93,7 @@ def validate_alignment(config: Any) -> None:
                             f"got {s.trunk_grad_scale}")
     if s.weight > 0.0 and s.pairs is None:
         config._value_error("alignment_weight > 0 needs alignment_pairs (a pair dataset "
-                            "directory, see cloudrl.alignment.preferences)")
+                            "directory, see cloudrl.data.pairs)")
     if s.active:
         try:
             pair_files(s.pairs)

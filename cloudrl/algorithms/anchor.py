@@ -10,7 +10,7 @@ demonstrations. Two kinds, added to the algorithm's own loss by learner subclass
   on the learner (not part of the trained module, so checkpoints stay plain); both
   distributions are the masked ones (infeasible actions have probability 0 in both);
 * BDQ: DQfD's large-margin loss (Hester et al. 2018) on a minibatch of demonstrations
-  (``cloudrl.alignment.bc.dqfd_margin_loss``: per branch
+  (``cloudrl.algorithms.dqfd.dqfd_margin_loss``: per branch
   ``max_a [Q_d(s, a) + l(a_E, a)] - Q_d(s, a_E)``), ``anchor_coeff`` times its mean.
 
 Settings live in ``config.learner_config_dict["anchor"]`` (:class:`AnchorSettings`:
@@ -117,7 +117,7 @@ class MarginAnchorMixin:
     def _anchor_demos(self, settings: AnchorSettings) -> dict[str, Any]:
         demos = self.__dict__.get("_anchor_demo_tensors")
         if demos is None:
-            from cloudrl.alignment.bc import load_demonstrations
+            from cloudrl.data.demonstrations import load_demonstrations
 
             if not settings.demos:
                 raise ValueError("anchor coeff > 0 needs anchor demos (recorded episodes, "
@@ -132,7 +132,7 @@ class MarginAnchorMixin:
 
     def compute_loss_for_module(self, *, module_id: str, config: Any, batch: dict[str, Any],
                                 fwd_out: dict[str, Any]) -> Any:
-        from cloudrl.alignment.bc import dqfd_margin_loss
+        from cloudrl.algorithms.dqfd import dqfd_margin_loss
 
         loss = super().compute_loss_for_module(module_id=module_id, config=config,
                                                batch=batch, fwd_out=fwd_out)

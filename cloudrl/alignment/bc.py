@@ -1,9 +1,9 @@
 """Phase 1 of preference alignment: behaviour cloning on Ray Train with Accelerate.
 
 :func:`train_bc` reads the demonstrations (episodes written by
-:mod:`cloudrl.alignment.recording`) on the driver into flat arrays
-(:class:`Demonstrations`), puts them in Ray's object store and runs a Ray Train
-``TorchTrainer``. Every worker
+:mod:`cloudrl.recording`) on the driver into flat arrays
+(:class:`cloudrl.data.demonstrations.Demonstrations`), puts them in Ray's object store
+and runs a Ray Train ``TorchTrainer``. Every worker
 
 * creates an ``accelerate.Accelerator`` inside the worker. Ray Train has already set up
   ``torch.distributed`` (gloo on CPU, NCCL with ``use_gpu``) and exported ``RANK``,
@@ -26,7 +26,7 @@ Losses. Flat: cross-entropy of the masked policy logits on the demonstrated acti
 and DDP needs every trainable parameter in the graph). Branching: DQfD's large-margin
 loss (Hester et al. 2018) per branch d,
 ``max_{a feasible} [Q_d(s, a) + l(a_E, a)] - Q_d(s, a_E)`` with ``l = margin`` for
-``a != a_E`` and 0 otherwise, averaged over branches (:func:`dqfd_margin_loss`); plus
+``a != a_E`` and 0 otherwise, averaged over branches (``cloudrl.algorithms.dqfd``); plus
 ``td_weight`` times BDQ's own 1-step double-Q TD loss on the recorded rewards (scaled by
 ``reward_scale`` as in training; :func:`cloudrl.algorithms.bdq.bdq_learner.bdq_td_errors`,
 Huber, target network refreshed at the start of every epoch). DQfD combines both; the
@@ -51,7 +51,8 @@ The driver copies it to ``out``:
 
 ``TrainConfig(init_module_state=out)`` (``cloudrl.training``) passes ``out`` as
 ``RLModuleSpec(load_state_path=...)``, so PPO, APPO, IMPALA, BDQ and Ape-X BDQ start
-from the cloned weights; :func:`check_module_state` validates that pairing first.
+from the cloned weights; :func:`cloudrl.algorithms.module_state.check_module_state`
+validates that pairing first.
 The driver logs the run to MLflow (:mod:`cloudrl.tracking`).
 """
 
@@ -62,17 +63,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from cloudrl.algorithms.dqfd import dqfd_margin_loss
+from cloudrl.algorithms.module_state import META_FILE
+from cloudrl.data.demonstrations import Demonstrations, load_demonstrations
+
 Interface = Literal["flat", "branching"]
-META_FILE = "bc_meta.json"
 HISTORY_FILE = "history.json"
-OBS_PARTS = ("macro", "servers", "jobs", "action_mask")
 # The module class BC trains, the class whose state it saves, and the algorithms that
 # build a module that state fits (same parameter names and shapes).
 TRAINED_CLASS = {"flat": "models.masked_ppo:MaskedPPOTorchRLModule",
@@ -83,8 +86,7 @@ SAVED_CLASS = {"flat": "models.masked_appo:MaskedAPPOTorchRLModule",
 TRAINED_PARTS = {"flat": ("encoder", "pi"),
                  "branching": ("trunk", "value_head", "advantage_heads")}
 FITS = {"flat": ("ppo", "appo", "impala"), "branching": ("bdq", "apex_bdq")}
-# TrainConfig's defaults (cloudrl.training imports this module for check_module_state, so
-# this module does not import it back; tests/test_bc.py checks that they agree).
+# TrainConfig's defaults (tests/test_bc.py checks that they agree).
 TRAIN_HIDDEN = 128
 TRAIN_REWARD_SCALE = 0.01
 
@@ -124,114 +126,6 @@ class BCConfig(BaseModel):
 def module_model_config(hidden: int) -> dict[str, Any]:
     """The ``model_config`` ``cloudrl.training.build_algo_config`` gives every module."""
     return {"encoder": {"hidden": int(hidden)}, "head_hiddens": [int(hidden)]}
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@dataclass
-class Demonstrations:
-    """Every demonstrated step as arrays (row i: the step's observation, action, ...)."""
-
-    obs: dict[str, np.ndarray]  # macro (n, M), servers (n, N, Fs), jobs (n, K, Fj), mask
-    next_obs: dict[str, np.ndarray]
-    actions: np.ndarray  # (n,) flat or (n, D) branching, int64
-    rewards: np.ndarray  # (n,) float32, unscaled env rewards
-    terminateds: np.ndarray  # (n,) float32
-    observation_space: Any
-    action_space: Any
-    interface: Interface
-    episodes: int
-    policies: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.actions)
-
-
-def _stack(observations: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([np.asarray(o[k], np.float32) for o in observations])
-            for k in OBS_PARTS}
-
-
-def load_demonstrations(path: str | Path, interface: Interface) -> Demonstrations:
-    """The episodes under ``path`` as :class:`Demonstrations`; a ValueError names the
-    file or the episode that does not fit (other interface, other spaces, empty)."""
-    from cloudrl.alignment.recording import episode_files, read_episodes
-
-    try:
-        files = episode_files(path)
-        episodes = read_episodes(path)
-    except ValueError as exc:
-        raise ValueError(f"demos: {exc}") from None
-    if not episodes:
-        raise ValueError(f"demos: {path}: no episodes in {len(files)} file(s)")
-    first = episodes[0]
-    parts: list[tuple[dict, dict, np.ndarray, np.ndarray, np.ndarray]] = []
-    policies: set[str] = set()
-    for i, ep in enumerate(episodes):
-        where = f"demos: {path}: episode {i} (seed {ep.custom_data.get('episode_seed')})"
-        ep_interface = ep.custom_data.get("interface")
-        if ep_interface is not None and ep_interface != interface:
-            raise ValueError(f"{where}: recorded on the {ep_interface} interface, "
-                             f"interface is {interface}")
-        if (ep.observation_space != first.observation_space
-                or ep.action_space != first.action_space):
-            raise ValueError(f"{where}: its spaces differ from episode 0's "
-                             f"({ep.action_space} vs {first.action_space}); record every "
-                             "episode with the same env config")
-        t = len(ep)
-        if t == 0:
-            continue
-        observations = ep.get_observations(slice(0, t + 1))
-        obs = _stack(observations[:t])
-        nxt = _stack(observations[1:t + 1])
-        actions = np.asarray(ep.get_actions(slice(0, t)), dtype=np.int64)
-        rewards = np.asarray(ep.get_rewards(slice(0, t)), dtype=np.float32)
-        done = np.zeros(t, np.float32)
-        done[-1] = float(ep.is_terminated)
-        parts.append((obs, nxt, actions, rewards, done))
-        policies.add(str(ep.custom_data.get("policy", "")))
-    if not parts:
-        raise ValueError(f"demos: {path}: every episode is empty")
-    want_flat = interface == "flat"
-    import gymnasium as gym
-
-    is_flat = isinstance(first.action_space, gym.spaces.Discrete)
-    if want_flat != is_flat:
-        raise ValueError(f"demos: {path}: action space {first.action_space} is not the "
-                         f"{interface} interface's")
-    return Demonstrations(
-        obs={k: np.concatenate([p[0][k] for p in parts]) for k in OBS_PARTS},
-        next_obs={k: np.concatenate([p[1][k] for p in parts]) for k in OBS_PARTS},
-        actions=np.concatenate([p[2] for p in parts]),
-        rewards=np.concatenate([p[3] for p in parts]),
-        terminateds=np.concatenate([p[4] for p in parts]),
-        observation_space=first.observation_space, action_space=first.action_space,
-        interface=interface, episodes=len(parts), policies=sorted(policies))
-
-
-# ----------------------------------------------------------------------------- losses
-
-
-def dqfd_margin_loss(q: Any, actions: Any, feasible: Any, margin: float) -> Any:
-    """DQfD's large-margin loss per sample, averaged over branches: ``(B,)``.
-
-    ``q`` ``(B, D, n)`` Q-values (padding anything), ``actions`` ``(B, D)`` the
-    demonstrated sub-actions, ``feasible`` bool ``(B, D, n)``. Per branch
-    ``max_{a feasible or a = a_E} [Q_d(s, a) + margin * (a != a_E)] - Q_d(s, a_E)``:
-    masked sub-actions (and padding) never enter the max; the demonstrated one always
-    does, so the loss is >= 0 and 0 exactly when a_E beats every other feasible
-    sub-action by the margin.
-    """
-    import torch
-
-    actions = actions.long()
-    expert = torch.zeros_like(feasible).scatter_(-1, actions[..., None], True)
-    allowed = feasible | expert
-    bonus = margin * (~expert).to(q.dtype)
-    best = (q + bonus).masked_fill(~allowed, float("-inf")).amax(dim=-1)
-    q_expert = torch.gather(q, -1, actions[..., None]).squeeze(-1)
-    return (best - q_expert).mean(dim=-1)
 
 
 def _bc_net(module: Any, interface: Interface) -> Any:
@@ -536,30 +430,3 @@ def _log_to_mlflow(cfg: BCConfig, res: BCResult) -> str:
                                                   if k != "epoch"}, step=int(row["epoch"]))
         tracking.log_artifacts(client, run_id, [res.out], "bc")
     return run_id
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-def check_module_state(path: str | Path, algo: str, hidden: int) -> str:
-    """The absolute path of a saved RLModule state for ``TrainConfig.init_module_state``.
-
-    A ValueError (one line) when ``path`` holds no RLModule state, or when its
-    ``bc_meta.json`` says it does not fit ``algo`` (other interface or module) or was
-    trained with another ``hidden``.
-    """
-    p = Path(path).expanduser().resolve()
-    if not p.is_dir() or not any(p.glob("module_state*")):
-        raise ValueError(f"init_module_state: {path}: not a saved RLModule state (a "
-                         "directory RLModule.save_to_path wrote, e.g. cloudrl align bc --out)")
-    meta_file = p / META_FILE
-    if meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
-        if algo not in meta.get("fits", [algo]):
-            raise ValueError(f"init_module_state: {path}: a {meta.get('interface')} "
-                             f"{meta.get('module_class')} state fits "
-                             f"{', '.join(meta['fits'])}, not {algo}")
-        if int(meta.get("hidden", hidden)) != hidden:
-            raise ValueError(f"init_module_state: {path}: trained with hidden="
-                             f"{meta['hidden']}, this run has hidden={hidden}")
-    return str(p)

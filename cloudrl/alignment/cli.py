@@ -109,7 +109,7 @@ def _set(section: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
 
     sec: dict[str, Any] = {}
     if args.policy:

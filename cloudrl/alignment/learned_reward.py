@@ -112,7 +112,7 @@ def net_rewards(model: RewardEnsemble, prev: dict[str, np.ndarray] | None,
 
 def pair_reward_stats(model: RewardEnsemble, pairs: Any) -> tuple[float, float]:
     """(mean, std) of the net's per-step output over every step of a pair set
-    (:class:`cloudrl.alignment.preferences.PairArrays`, both sides); std >= 1e-6."""
+    (:class:`cloudrl.data.pairs.PairArrays`, both sides); std >= 1e-6."""
     from cloudrl.alignment.reward_model import segment_obs
 
     prev, nxt = [], []

@@ -160,7 +160,7 @@ def train_phase3(cfg: Phase3Config, env: EnvConfig, teacher: TeacherConfig | Non
                  on_iteration: Any = None) -> Phase3Result:
     """Phase 3: train ``cfg.algo`` on the learned reward; a normal cloudrl checkpoint."""
     from cloudrl.alignment.learned_reward import pair_reward_stats, reward_payload
-    from cloudrl.alignment.preferences import read_pairs
+    from cloudrl.data.pairs import read_pairs
     from cloudrl.training import train
 
     model, spec = load_reward(cfg.reward_model)

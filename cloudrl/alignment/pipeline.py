@@ -78,7 +78,7 @@ def _adopt(cfg: Any, run_id: str | None, parent: str | None) -> None:
 
 def run_record(cfg: Any, parent: str | None = None) -> dict[str, Any]:
     from cloudrl import tracking
-    from cloudrl.alignment.recording import record_episodes
+    from cloudrl.recording import record_episodes
 
     rec = cfg.record
     client, run_id = _run(cfg, "record", parent, rec.model_dump())

@@ -6,7 +6,7 @@ Two RLlib callback functions (``config.callbacks(on_sample_end=..., on_train_res
 next to cloudrl's callback class):
 
 * :func:`collect_episodes` (``on_sample_end``, on every env runner): keeps the episode
-  chunks the policy just sampled, as arrays (:class:`cloudrl.alignment.teacher.EpisodeData`:
+  chunks the policy just sampled, as arrays (:class:`cloudrl.data.segments.EpisodeData`:
   observations, actions, and from the infos the violations and energy), stitched per
   episode id (DQN-style samplers return chunks of a few steps), the newest
   ``max_episodes`` episodes;
@@ -41,9 +41,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from cloudrl.alignment.bradley_terry import bt_loss
-from cloudrl.alignment.preferences import PairArrays, pair_row, write_pairs
-from cloudrl.alignment.teacher import EpisodeData, Teacher, TeacherConfig, cut_segment, episode_data
+from cloudrl.algorithms.bradley_terry import bt_loss
+from cloudrl.alignment.teacher import Teacher, TeacherConfig
+from cloudrl.data.pairs import PairArrays, pair_row, write_pairs
+from cloudrl.data.segments import EpisodeData, cut_segment, episode_data
 
 STORE_ATTR = "_cloudrl_requery_episodes"
 HISTORY_FILE = "requery.json"

@@ -1,7 +1,7 @@
 """Phase 2 of preference alignment: the reward model, on Ray Train with DeepSpeed ZeRO-2.
 
 :func:`train_reward_model` reads and validates a pair dataset
-(:mod:`cloudrl.alignment.preferences`) on the driver, puts the arrays in Ray's object
+(:mod:`cloudrl.data.pairs`) on the driver, puts the arrays in Ray's object
 store, and runs a Ray Train ``TorchTrainer``. Each worker
 
 * builds a :class:`models.reward_net.RewardEnsemble` (k nets, r(s, s') per step on the
@@ -14,7 +14,7 @@ store, and runs a Ray Train ``TorchTrainer``. Each worker
   NCCL/CUDA with ``use_gpu=True``; nothing else in the loop depends on the device;
 * trains on its rank's share of the training pairs (the same number of pairs on every
   rank, so every rank takes the same number of steps) with the Bradley-Terry loss
-  (:mod:`cloudrl.alignment.bradley_terry`; every member gets its own loss, summed);
+  (:mod:`cloudrl.algorithms.bradley_terry`; every member gets its own loss, summed);
 * after every ``eval_every``-th epoch evaluates the held-out pairs (accuracy without ties, loss,
   calibration, ensemble spread) and reports them with ``ray.train.report``; rank 0
   attaches a checkpoint: ``reward_model.pt`` (with ``early_stopping``, the default,
@@ -56,13 +56,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cloudrl.alignment.bradley_terry import bt_loss, calibration, pair_accuracy
-from cloudrl.alignment.preferences import (
-    PairArrays,
-    PairDataError,
-    first_state_segment_file,
-    read_pairs,
-)
+from cloudrl.algorithms.bradley_terry import bt_loss, calibration, pair_accuracy
+from cloudrl.data.pairs import PairArrays, PairDataError, first_state_segment_file, read_pairs
 from models.encoders import EncoderConfig
 from models.reward_net import RewardEnsemble, build_reward_ensemble, encoder_spec
 

@@ -31,8 +31,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cloudrl.config_loader import ConfigError
-from cloudrl.headline.params import TUNED_SUFFIX, power_aware_config, tuned_heuristic
 from cloudrl.heuristics.power_aware import PowerAwareConfig
+from cloudrl.heuristics.tuned import TUNED_SUFFIX, power_aware_config, tuned_heuristic
 from cloudrl.policy import Interface
 from cloudrl.protocol import N_SEEDS, train_seeds, validation_seeds
 from envs.env_config import EnvConfig

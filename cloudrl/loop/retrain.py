@@ -173,7 +173,7 @@ def _subset_db(db: Path, ids: list[int], dst: Path) -> Path:
 def _export(db: Path, ids: list[int], out_dir: Path, env_config: Any, interface: str,
             segment_length: int) -> tuple[Any, dict[str, Any]]:
     """(PairArrays or None, export summary) of feedback rows ``ids``."""
-    from cloudrl.alignment.preferences import read_pairs
+    from cloudrl.data.pairs import read_pairs
     from cloudrl.feedback import export_pairs
 
     if not ids:
@@ -212,7 +212,7 @@ def train_reward(old: tuple[Any, dict[str, Any]] | None, new: Any, old_pairs: An
     accuracies of old and new model."""
     import torch
 
-    from cloudrl.alignment.bradley_terry import bt_loss
+    from cloudrl.algorithms.bradley_terry import bt_loss
     from cloudrl.alignment.reward_model import RewardModelConfig, net_spec, pair_batch
     from models.reward_net import build_reward_ensemble
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from cloudrl.config_loader import ConfigError, load_config
+from cloudrl.data.offline import DatasetError
 from cloudrl.offline.config import OfflineConfig
-from cloudrl.offline.dataset import DatasetError
 
 
 def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> OfflineConfig:
@@ -75,12 +75,7 @@ class _Tracker:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from cloudrl.offline.dataset import (
-        format_summary,
-        record_dataset,
-        summarize,
-        summary_metrics,
-    )
+    from cloudrl.offline.dataset import format_summary, record_dataset, summarize, summary_metrics
 
     sec = _section(args, ("episodes", "out"))
     if args.policy:
@@ -107,7 +102,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _read(path: str):
-    from cloudrl.offline.dataset import read_dataset
+    from cloudrl.data.offline import read_dataset
 
     try:
         return read_dataset(path)

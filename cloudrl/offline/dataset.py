@@ -1,8 +1,8 @@
-"""Logged datasets for offline constrained RL: whole episodes with a per-step ``cost``.
+"""Recording logged datasets for offline constrained RL: whole episodes with a per-step ``cost``.
 
-Built on :mod:`cloudrl.alignment.recording` (RLlib's offline episode format: one packed
-``SingleAgentEpisode`` per parquet row, readable by ``AlgorithmConfig.offline_data(
-input_=[dir], input_read_episodes=True)``). What this module adds:
+The format (RLlib's offline episode format plus the ``cost`` in every step's infos) and
+its reader live in :mod:`cloudrl.data.offline`; episodes are stepped by
+:mod:`cloudrl.recording`. What this module adds:
 
 * the **cost column**: every step's ``infos`` hold ``cost`` = SLA violations in that step
   (late finishes + drops), plus ``overload_weight`` x overloaded servers when asked
@@ -13,7 +13,7 @@ input_=[dir], input_read_episodes=True)``). What this module adds:
   checkpoints of learned agents, all on the train seeds. ``custom_data`` of an episode
   names its behaviour (``policy``, ``epsilon``, ``episode_seed``);
 * :func:`summarize` (return, cost, action coverage per branch, per behaviour) and
-  :func:`read_dataset`, whose errors name the malformed file.
+  :func:`subset_dataset` (the episodes within a cost range, written as a new dataset).
 """
 
 from __future__ import annotations
@@ -27,23 +27,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from cloudrl.alignment.recording import (
-    iter_episodes,
-    make_env,
-    make_policy,
-    record_episode,
-    write_episodes,
-)
-from cloudrl.policy import Interface, Policy
+from cloudrl.data.episodes import write_episodes
+from cloudrl.data.offline import COST_KEY, DatasetError, episode_cost, read_dataset
+from cloudrl.policy import Interface, Policy, make_env
 from cloudrl.protocol import TRAIN_SEEDS
+from cloudrl.recording import make_policy, record_episode
 from envs.env_config import EnvConfig
-
-COST_KEY = "cost"  # the per-step cost in each step's infos
-
-
-class DatasetError(ValueError):
-    """A dataset file that is not what ``cloudrl offline record`` writes (names the file)."""
-
 
 # ----------------------------------------------------------------------------- cost
 
@@ -61,7 +50,7 @@ class CostInfo(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         cost = float(info["violations"])
         if self.overload_weight > 0:
-            from cloudrl.alignment.teacher import overload_count
+            from cloudrl.data.segments import overload_count
 
             cost += self.overload_weight * overload_count(obs["servers"][None],
                                                           self.overload_threshold)
@@ -187,39 +176,6 @@ def record_dataset(out_dir: str | Path, policies: Sequence[str], *,
             paths += write_episodes(recorded, out_dir, prefix=f"episodes-{pol.name}",
                                     episodes_per_file=len(recorded))
     return paths
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def _check_episode(ep: Any, where: str) -> None:
-    if not ep.is_done:
-        raise DatasetError(f"{where}: episode is not done (offline datasets keep whole "
-                           "episodes)")
-    for t in range(len(ep)):
-        info = ep.get_infos(t + 1)
-        if not isinstance(info, Mapping) or COST_KEY not in info:
-            raise DatasetError(f"{where}: step {t}: no '{COST_KEY}' in infos (record the "
-                               "dataset with `cloudrl offline record`)")
-
-
-def read_dataset(path: str | Path) -> list[Any]:
-    """Every episode under ``path``; a malformed file is a :class:`DatasetError` naming it."""
-    episodes = []
-    try:
-        for f, i, ep in iter_episodes(path):
-            _check_episode(ep, f"{f}: row {i}")
-            episodes.append(ep)
-    except DatasetError:
-        raise
-    except ValueError as exc:
-        raise DatasetError(str(exc)) from None
-    return episodes
-
-
-def episode_cost(ep: Any) -> float:
-    """Sum of the per-step costs of one recorded episode."""
-    return float(sum(ep.get_infos(t + 1)[COST_KEY] for t in range(len(ep))))
 
 
 def action_coverage(actions: np.ndarray, interface: Interface, *, k: int, n: int,

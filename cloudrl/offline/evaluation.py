@@ -67,7 +67,7 @@ def evaluate(specs: Sequence[str], env_cfg: EnvConfig, budget: float, n_seeds: i
              interface: str = "flat") -> list[dict[str, Any]]:
     """One row per policy (``names`` label them; default the policy names) on
     ``interface``; ``keep_costs``: each row also lists the per-seed costs (``costs``)."""
-    from cloudrl.alignment.recording import make_env
+    from cloudrl.policy import make_env
 
     env = make_env(env_cfg, interface)
     rows = []

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cloudrl.data.offline import read_dataset
 from cloudrl.offline.config import OfflineConfig
-from cloudrl.offline.dataset import read_dataset, summarize
+from cloudrl.offline.dataset import summarize
 
 LEARNER_KEYS = ("lagrange", "cost_estimate", "cost_threshold", "td_reward", "td_cost",
                 "cql_reward", "cql_cost", "q_reward", "q_cost", "bc", "cost_upper",
@@ -49,7 +50,7 @@ def check_algo_interface(algo: str, interface: str) -> None:
 
 
 def _spaces(cfg: OfflineConfig, interface: str):
-    from cloudrl.alignment.recording import make_env
+    from cloudrl.policy import make_env
 
     env = make_env(cfg.env, interface)
     return env.observation_space, env.action_space

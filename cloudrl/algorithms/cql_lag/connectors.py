@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
-from cloudrl.offline.dataset import COST_KEY
+from cloudrl.data.offline import COST_KEY
 
 COSTS = "costs"  # the train batch column
 EPISODE_COSTS = "episode_costs"  # the cost of the episode the step belongs to (0: unknown)

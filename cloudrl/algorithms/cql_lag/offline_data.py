@@ -29,8 +29,8 @@ from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils import unflatten_dict
 
-from cloudrl.alignment.recording import ITEM_COLUMN, pack_episode
-from cloudrl.offline.dataset import DatasetError, episode_cost, read_dataset
+from cloudrl.data.episodes import ITEM_COLUMN, pack_episode
+from cloudrl.data.offline import DatasetError, episode_cost, read_dataset
 
 EPISODE_COST_KEY = "episode_cost"  # the whole episode's cost, in every step's infos
 SUPPORT_KEY = "support_episode"  # 1.0: the episode feeds the behaviour head

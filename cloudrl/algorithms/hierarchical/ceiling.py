@@ -12,7 +12,7 @@ the episode end it is an exact one-step policy improvement over ``base`` and nev
 worse than it in reward (tested); a learned supervisor sees only the macro state.
 
 :func:`clone_cluster` copies a flat or branching cluster env (simulator, observation
-builder) sharing what no step mutates, as ``cloudrl.headline.rollout`` does for the
+builder) sharing what no step mutates, as ``cloudrl.algorithms.rollout`` does for the
 gated env.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cloudrl.headline.rollout import MUTABLE_SIM
+from cloudrl.algorithms.rollout import MUTABLE_SIM
 
 
 def clone_cluster(env: Any, policies: Sequence[Any]) -> tuple[Any, list[Any]]:
@@ -81,12 +81,12 @@ def run_ceiling_episode(env: Any, sub_agents: Sequence[Any], seed: int, k: int,
 
     ``futures="true"`` plays the episode's real future (the ceiling). ``"resampled"``
     redraws the jobs that have not arrived yet in each of ``n_futures`` futures (the same
-    draw for every sub-agent; ``cloudrl.headline.rollout.resample_future``) and keeps what
+    draw for every sub-agent; ``cloudrl.algorithms.rollout.resample_future``) and keeps what
     the state already holds (queue, running jobs and their finish ticks): the gain that
     survives it comes from the present state, not from knowing the arrivals.
     ``keep_observations`` also keeps each decision's whole observation (macro, servers, jobs
     flattened), what a per-tick policy such as the offline constrained agent sees."""
-    from cloudrl.headline.rollout import FUTURES, RULES, choose, resample_future
+    from cloudrl.algorithms.rollout import FUTURES, RULES, choose, resample_future
 
     if futures not in FUTURES:
         raise ValueError(f"futures must be one of {', '.join(FUTURES)}, got {futures!r}")

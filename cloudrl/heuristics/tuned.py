@@ -1,7 +1,7 @@
 """Tuned heuristic parameters as a policy: validation of the parameters and the ``_tuned`` row.
 
-Kept apart from :mod:`cloudrl.headline.tuning` (which runs evaluations) so that
-``cloudrl.evaluate`` can build a tuned heuristic without an import cycle.
+``cloudrl tune-heuristic`` (:mod:`cloudrl.headline.tuning`, which runs the evaluations)
+writes the parameters; ``cloudrl.evaluate`` and the service build the tuned policy here.
 """
 
 from __future__ import annotations
