@@ -233,6 +233,8 @@ def test_alpha_and_kappa_match_the_hand_computation():
     assert quality.krippendorff_alpha(m) == pytest.approx(1 - 0.25 / (30 / 56), abs=1e-9)
     assert quality.cohen_kappa(list("aabb"), list("abbb")) == pytest.approx(0.5)
     assert quality.cohen_kappa(list("ab"), list("ab")) == pytest.approx(1.0)
+    table = {("a", "a"): 1, ("a", "b"): 1, ("b", "b"): 2}
+    assert quality.kappa_from_table(table) == pytest.approx(0.5)
     assert math.isnan(quality.krippendorff_alpha(np.array([[0.0, np.nan], [np.nan, 1.0]])))
 
 
@@ -420,3 +422,95 @@ def test_votes_skip_pairs_without_answers(tmp_path):
     t = q.next_task(oid)
     q.submit(oid, t["assignment_id"], "skip")
     assert voted_pairs(conn, set()) == []
+
+
+# ----------------------------------------------------------------------------- feedback
+
+
+def _feedback_trajectory(env_config, seed: int, steps: int, policy_name: str):
+    """An inline trajectory as the decision service receives it (states + actions)."""
+    from cloudrl.heuristics import make_heuristic
+    from cloudrl.labelling._formats import make_env
+    from serve_apps.state import state_of
+
+    env, policy = make_env(env_config, "flat"), make_heuristic(policy_name)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    body = []
+    for _ in range(steps):
+        action = int(policy.act(obs))
+        body.append({"state": state_of(env.sim), "action": action})
+        obs, *_ = env.step(action)
+    return {"steps": body}
+
+
+def test_pairs_from_the_decision_services_feedback_store(tmp_path):
+    from cloudrl.feedback import FeedbackStore
+    from cloudrl.labelling.enqueue import feedback_pairs
+
+    env = {"n_servers": 4, "sim": {"episode_length": 40}}
+    ta = _feedback_trajectory(env, 0, 8, "power_aware")
+    tb = _feedback_trajectory(env, 1, 8, "round_robin")
+    tc = _feedback_trajectory(env, 2, 8, "ffd")
+    store = FeedbackStore(tmp_path / "state.db")
+    store.add_pairs([
+        {"a": {"trajectory": ta}, "b": {"trajectory": tb}, "preferred": "a"},
+        {"a": {"trajectory": tc}, "b": {"trajectory": ta}, "preferred": "b"},  # stored swapped
+        {"a": {"trajectory_id": "ep-9"}, "b": {"trajectory": tb}, "preferred": "a"},
+    ], policy_version="v7")
+    store.close()
+    specs, skipped = feedback_pairs(tmp_path / "state.db", env_config=env, segment_length=6,
+                                    as_gold=True)
+    assert skipped == {"trajectory_id": 1} and len(specs) == 2
+    for p in specs:
+        assert p.gold == "a" and p.source == "feedback"  # both stored as "a preferred"
+        for seg in (p.a, p.b):
+            v = validate_view(seg.view)
+            assert v["length"] == 6 and v["policy"] == "v7"
+            assert set(v["series"]) == {"grid_kw", "queue", "servers:active", "servers:asleep",
+                                        "servers:waking"}
+            assert seg.obs["macro"].shape[0] == 7 and seg.obs["actions"].shape == (6, 1)
+            active = np.array(v["series"]["servers:active"]) + v["series"]["servers:asleep"]
+            assert (active + v["series"]["servers:waking"] == 4).all()
+    # queue lengths in the view match the posted states (the states after each action)
+    first = next(p for p in specs if p.a.view["series"]["queue"] ==
+                 [float(len(s["state"]["jobs"])) for s in ta["steps"][1:7]])
+    conn = db.connect(tmp_path / "labels.db")
+    assert add_pairs(conn, specs) == (2, 0) and first is not None
+    assert conn.execute("SELECT COUNT(*) FROM pairs WHERE gold = 'a' OR gold = 'b'"
+                        ).fetchone()[0] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_the_reward_model_command_trains_on_the_export(tmp_path, capsys):
+    """``cloudrl label export`` then ``cloudrl align reward --data`` (the existing command)."""
+    import yaml
+
+    from cloudrl.cli import main
+
+    conn = _store(tmp_path, n_pairs=24, k=2, gold=4)
+    ids = list(_ops(conn, ["o1", "o2"]).values())
+    q = TaskQueue(conn, QueueConfig(gold_rate=0.2))
+    for oid in ids:  # both operators prefer the side with fewer SLA violations
+        while (t := q.next_task(oid)) is not None:
+            left, right = json.loads(t["left"]), json.loads(t["right"])
+            sl, sr = left["summary"]["sla_violations"], right["summary"]["sla_violations"]
+            q.submit(oid, t["assignment_id"], "a" if sl < sr else "b" if sr < sl else "equal")
+    db_path, out = tmp_path / "labels.db", tmp_path / "pairs"
+    assert main(["label", "export", "--db", str(db_path), "--out", str(out)]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["pairs"] == 24 and exported["flagged_operators"] == []
+    cfg = tmp_path / "align.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "reward": {"data": str(out), "epochs": 3, "batch_size": 8, "num_workers": 1,
+                   "storage_path": str(tmp_path / "ray_train"), "mlflow": False},
+        "train": {"reward_model": str(tmp_path / "reward")},
+        "pipeline": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    assert main(["align", "reward", "--config", str(cfg)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["final"]["epoch"] >= 1 and 0.0 <= result["final"]["val_accuracy"] <= 1.0
+    assert (tmp_path / "reward" / "reward_model.pt").is_file()
+    # and the trained model scores the labels: the drift report reads both halves
+    rep = drift_report(conn, tmp_path / "reward", recent_fraction=0.5)
+    assert rep["older"]["pairs"] + rep["recent"]["pairs"] == 24

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import sqlite3
 from dataclasses import dataclass
@@ -49,6 +48,20 @@ def cohen_kappa(x: list[str], y: list[str]) -> float:
     n = len(x)
     p_o = sum(a == b for a, b in zip(x, y, strict=True)) / n
     p_e = sum((x.count(c) / n) * (y.count(c) / n) for c in cats)
+    if p_e >= 1.0:
+        return 1.0 if p_o >= 1.0 else math.nan
+    return (p_o - p_e) / (1.0 - p_e)
+
+
+def kappa_from_table(table: dict[tuple[str, str], int]) -> float:
+    """Cohen's kappa from counts of (rater 1's answer, rater 2's answer)."""
+    n = sum(table.values())
+    if n == 0:
+        return math.nan
+    cats = {c for pair in table for c in pair}
+    p_o = sum(v for (a, b), v in table.items() if a == b) / n
+    p_e = sum((sum(v for (a, _), v in table.items() if a == c) / n)
+              * (sum(v for (_, b), v in table.items() if b == c) / n) for c in cats)
     if p_e >= 1.0:
         return 1.0 if p_o >= 1.0 else math.nan
     return (p_o - p_e) / (1.0 - p_e)
@@ -137,18 +150,22 @@ def quality_report(conn: sqlite3.Connection, cfg: QualityConfig | None = None, *
     ops = operator_table(conn, cfg)
     flagged = {r["id"] for r in ops if r["flagged"]}
     rows = [r for r in answers(conn) if include_flagged or r[0] not in flagged]
-    op_ids, _, matrix = reliability_matrix(rows)
+    _, _, matrix = reliability_matrix(rows)
     names = {r["id"]: r["operator"] for r in ops}
+    tables: dict[tuple[int, int], dict[tuple[str, str], int]] = {}
+    for o1, o2, c1, c2, n in conn.execute(
+            "SELECT l1.operator_id, l2.operator_id, l1.choice, l2.choice, COUNT(*) FROM labels "
+            "l1 JOIN labels l2 ON l2.pair_id = l1.pair_id AND l2.operator_id > l1.operator_id "
+            "WHERE l1.choice != 'skip' AND l2.choice != 'skip' GROUP BY 1, 2, 3, 4"):
+        if include_flagged or (o1 not in flagged and o2 not in flagged):
+            tables.setdefault((o1, o2), {})[(c1, c2)] = n
     kappas = []
-    for i, j in itertools.combinations(range(len(op_ids)), 2):
-        both = ~np.isnan(matrix[i]) & ~np.isnan(matrix[j])
-        if both.sum() < cfg.min_common:
+    for (o1, o2), table in sorted(tables.items()):
+        common = sum(table.values())
+        if common < cfg.min_common:
             continue
-        inv = {v: k for k, v in CODES.items()}
-        x = [inv[v] for v in matrix[i, both]]
-        y = [inv[v] for v in matrix[j, both]]
-        kappas.append({"operators": [names[op_ids[i]], names[op_ids[j]]],
-                       "common": int(both.sum()), "kappa": _num(cohen_kappa(x, y))})
+        kappas.append({"operators": [names[o1], names[o2]], "common": common,
+                       "kappa": _num(kappa_from_table(table))})
     finite = [k["kappa"] for k in kappas if k["kappa"] is not None]
     return {"operators": ops, "flagged": sorted(names[i] for i in flagged),
             "krippendorff_alpha": _num(krippendorff_alpha(matrix)) if matrix.size else None,
