@@ -54,7 +54,8 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_evaluate(args: argparse.Namespace) -> int:
+def evaluate_scenario(args: argparse.Namespace) -> int:
+    """The table of ``cloudrl scenarios evaluate`` (also ``cloudrl evaluate --scenario``)."""
     import numpy as np
 
     from cloudrl.protocol import seeds_for
@@ -200,7 +201,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "distill'; repeatable): played beside the others, with paired cost "
                          "differences against the heuristic and the MPC")
     ev.add_argument("--json", help="write per-seed metrics and the comparisons to this path")
-    ev.set_defaults(func=_cmd_evaluate)
+    ev.set_defaults(func=evaluate_scenario)
     ds = ss.add_parser("distill", help="train a learned policy by imitating the forecast MPC "
                                        "(behaviour cloning + DAgger on train seeds)")
     ds.add_argument("--scenario", required=True)

@@ -18,7 +18,7 @@ from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import Controller, RunAtOnce, run_episode
 from envs.scenario.sim import ScenarioSim
 
-KINDS = ("run_at_once", "signal_aware", "mpc", "oracle")
+KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded", "learned")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,15 @@ class ControllerSpec:
             from cloudrl.mpc.oracle import ClairvoyantOracle, OracleConfig
 
             return ClairvoyantOracle(OracleConfig(**self.params))
+        if self.kind == "mpc_rounded":  # the MPC through the env's discrete actions
+            from cloudrl.algorithms.distill.actions import RoundedController
+            from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
+
+            return RoundedController(ForecastMPC(MPCConfig(**self.params)))
+        if self.kind == "learned":  # params: {"checkpoint": DIR}
+            from cloudrl.algorithms.distill.policy import load_controller
+
+            return load_controller(self.params["checkpoint"], self.name)
         raise ValueError(f"controller kind {self.kind!r}; valid: {', '.join(KINDS)}")
 
 
@@ -63,6 +72,12 @@ def _work(args: tuple[ScenarioConfig, list[ControllerSpec], list[int]]
             solve = getattr(ctrl, "solve_times", None)
             if solve:
                 metrics["solve_s"] = float(np.mean(solve))
+                metrics["solve_p50_ms"] = float(np.percentile(solve, 50) * 1000.0)
+                metrics["solve_p99_ms"] = float(np.percentile(solve, 99) * 1000.0)
+            times = getattr(ctrl, "decide_times", None)
+            if times:  # per-decision wall times (learned policies record them)
+                metrics["decide_p50_ms"] = float(np.percentile(times, 50) * 1000.0)
+                metrics["decide_p99_ms"] = float(np.percentile(times, 99) * 1000.0)
             out.append((i, seed, metrics))
     return out
 

@@ -1,0 +1,106 @@
+"""Behaviour cloning from the forecast MPC, then DAgger rounds; the round kept is chosen on
+validation seeds.
+
+1. The rounded MPC plays ``n_expert_seeds`` TRAIN seeds; every decision is a row
+   (observation, MPC action rounded to the env's). Optionally cached in an ``.npz`` keyed
+   by the scenario, the seeds and the MPC's parameters (the MPC is deterministic).
+2. The module is fitted to the rows (``bc_epochs``) and scored on validation seeds.
+3. Each DAgger round: the current policy plays ``dagger_seeds_per_round`` fresh TRAIN
+   seeds, the MPC labels every state it visits, the rows join the data set, the module
+   trains ``round_epochs`` more epochs on all of it (warm start), and is scored again.
+4. The weights of the round with the lowest mean validation cost are returned.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloudrl.algorithms.distill.config import DistillConfig
+from cloudrl.algorithms.distill.data import Demos, collect
+from cloudrl.algorithms.distill.learner import evaluate_loss, fit
+from cloudrl.algorithms.distill.policy import LearnedController, build_module
+from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
+from cloudrl.protocol import train_seeds, validation_seeds
+from envs.scenario.config import ScenarioConfig
+from envs.scenario.control import run_episode
+from envs.scenario.sim import ScenarioSim
+from models.scenario_policy import ScenarioPolicyModule
+
+
+@dataclass
+class DistillResult:
+    module: ScenarioPolicyModule
+    best_round: int
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    n_rows: int = 0
+    wall_s: float = 0.0
+
+
+def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
+    return json.dumps({"scenario": scn.model_dump(mode="json"), "mpc": cfg.mpc_params,
+                       "seeds": list(train_seeds(cfg.n_expert_seeds))}, sort_keys=True)
+
+
+def validation_cost(sim: ScenarioSim, module: ScenarioPolicyModule, n: int) -> float:
+    ctrl = LearnedController(module)
+    return float(np.mean([run_episode(sim, ctrl, s).metrics["cost_usd"]
+                          for s in validation_seeds(n)]))
+
+
+def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | None = None,
+            log: Callable[[str], None] = print) -> DistillResult:
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.run_seed)
+    sim = ScenarioSim(scn)
+    expert = ForecastMPC(MPCConfig(**cfg.mpc_params))
+    meta = expert_meta(scn, cfg)
+    demos = Demos.load(expert_cache, meta) if expert_cache else None
+    if demos is None:
+        demos = collect(sim, expert, list(train_seeds(cfg.n_expert_seeds)))
+        if expert_cache:
+            Path(expert_cache).parent.mkdir(parents=True, exist_ok=True)
+            demos.save(expert_cache, meta)
+        log(f"expert: {len(demos)} rows from {cfg.n_expert_seeds} train seeds, rounded MPC "
+            f"mean cost {np.mean(list(demos.episode_costs.values())):.2f}")
+    else:
+        log(f"expert: {len(demos)} rows loaded from {expert_cache}")
+    rng = np.random.default_rng(cfg.run_seed)
+    pool = [int(s) for s in rng.permutation(list(train_seeds(50))[cfg.n_expert_seeds:])]
+    module = build_module(cfg.hiddens)
+    opt = fit(module, demos.obs, demos.actions, cfg.bc_epochs, cfg.batch_size, cfg.lr,
+              cfg.weight_decay, cfg.run_seed)
+    rounds: list[dict[str, Any]] = []
+    states: list[dict[str, torch.Tensor]] = []
+
+    def score(k: int, train_cost: float | None, seeds: list[int]) -> None:
+        val = validation_cost(sim, module, cfg.n_val_seeds)
+        rounds.append({"round": k, "rows": len(demos), "val_cost": val,
+                       "train_loss": evaluate_loss(module, demos.obs, demos.actions),
+                       "dagger_train_cost": train_cost, "dagger_seeds": seeds,
+                       "wall_s": time.perf_counter() - t0})
+        states.append(copy.deepcopy(module.state_dict()))
+        log(f"round {k}: {len(demos)} rows, imitation loss {rounds[-1]['train_loss']:.3f}, "
+            f"validation cost {val:.2f}" + ("" if train_cost is None
+                                              else f", its DAgger episodes {train_cost:.2f}"))
+
+    score(0, None, [])
+    for k in range(1, cfg.dagger_rounds + 1):
+        seeds = pool[(k - 1) * cfg.dagger_seeds_per_round:k * cfg.dagger_seeds_per_round]
+        new = collect(sim, expert, seeds, actor=LearnedController(module))
+        demos = demos + new
+        opt = fit(module, demos.obs, demos.actions, cfg.round_epochs, cfg.batch_size, cfg.lr,
+                  cfg.weight_decay, cfg.run_seed + k, optimizer=opt)
+        score(k, float(np.mean(list(new.episode_costs.values()))), seeds)
+    best = int(np.argmin([r["val_cost"] for r in rounds]))
+    module.load_state_dict(states[best])
+    log(f"kept round {best} (validation cost {rounds[best]['val_cost']:.2f})")
+    return DistillResult(module.eval(), best, rounds, len(demos), time.perf_counter() - t0)

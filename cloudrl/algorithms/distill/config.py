@@ -1,0 +1,49 @@
+"""The typed configuration of a distillation run (every default runs)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """Knobs of behaviour cloning + DAgger from the forecast MPC.
+
+    Seeds: expert episodes use TRAIN seeds ``0 .. n_expert_seeds-1``; each DAgger round
+    plays ``dagger_seeds_per_round`` further TRAIN seeds drawn (by ``run_seed``) from the
+    rest; the round kept is the one with the lowest mean cost on ``n_val_seeds``
+    validation seeds. Test seeds are never touched.
+    """
+
+    run_seed: int = 0
+    mpc_params: dict[str, Any] = field(default_factory=dict)  # MPCConfig fields
+    hiddens: tuple[int, ...] = (128, 128)
+    n_expert_seeds: int = 20
+    dagger_rounds: int = 3
+    dagger_seeds_per_round: int = 6
+    n_val_seeds: int = 5
+    bc_epochs: int = 60
+    round_epochs: int = 30
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("n_expert_seeds", "n_val_seeds", "bc_epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DistillConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dagger_rounds < 0 or self.dagger_seeds_per_round < 0 or self.round_epochs < 0:
+            raise ValueError("DistillConfig.dagger_rounds, dagger_seeds_per_round and "
+                             "round_epochs must be >= 0")
+        used = self.n_expert_seeds + self.dagger_rounds * self.dagger_seeds_per_round
+        if used > 50:
+            raise ValueError(f"DistillConfig: {used} train seeds needed (expert + DAgger), "
+                             f"only 50 exist")
+        if self.lr <= 0 or not self.hiddens:
+            raise ValueError("DistillConfig.lr must be > 0 and hiddens non-empty")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hiddens"] = list(self.hiddens)
+        return d

@@ -1,0 +1,185 @@
+"""Distilling the forecast MPC into a learned scenario policy, on the ``tiny`` scenario:
+the action mapping, behaviour cloning, checkpoints and the CLI's error paths."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cloudrl.algorithms.distill.actions import (
+    RoundedController,
+    action_controls,
+    nearest_action,
+)
+from cloudrl.algorithms.distill.data import collect
+from cloudrl.algorithms.distill.learner import evaluate_loss, fit
+from cloudrl.algorithms.distill.policy import (
+    LearnedController,
+    build_module,
+    load_checkpoint,
+    load_controller,
+    save_checkpoint,
+)
+from cloudrl.cli import main
+from cloudrl.mpc.forecast_mpc import ForecastMPC
+from envs.scenario.catalog import load_scenario
+from envs.scenario.control import plan_view, run_episode
+from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS, ScenarioEnv
+from envs.scenario.sim import ScenarioSim
+
+ACTIONS = [(i, j) for i in range(len(RELEASE_LEVELS)) for j in range(len(READY_MARGINS))]
+
+
+@cache
+def _views():
+    """Plan views of a tiny episode at a few decision points (run at once)."""
+    sim = ScenarioSim(load_scenario("tiny"))
+    sim.reset(3)
+    views = []
+    while not sim.done:
+        if sim.t % (10 * sim.cfg.decision_ticks) == 0:
+            views.append(plan_view(sim))
+        sim.tick()
+    return views
+
+
+@cache
+def _expert_demos():
+    sim = ScenarioSim(load_scenario("tiny"))
+    return collect(sim, ForecastMPC(), [0])
+
+
+def test_every_action_round_trips_through_its_controls():
+    for v in _views():
+        for a in ACTIONS:
+            ctrl = action_controls(v, a)
+            back = nearest_action(v, *ctrl)
+            assert back[0] == a[0]
+            # margins whose ready cores coincide (clipped at the fleet) are the same action
+            assert action_controls(v, back) == pytest.approx(ctrl)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(0, 1000), release=st.floats(-0.5, 2.0), ready=st.floats(0.0, 500.0))
+def test_nearest_action_has_no_strictly_nearer_action(k, release, ready):
+    v = _views()[k % len(_views())]
+    i, j = nearest_action(v, release, ready)
+    r_best, c_best = action_controls(v, (i, j))
+    for a in ACTIONS:
+        r, c = action_controls(v, a)
+        assert abs(r_best - release) <= abs(r - release) + 1e-12
+        assert abs(c_best - ready) <= abs(c - ready) + 1e-9
+
+
+def test_env_plays_the_same_controls_as_the_mapping():
+    """The env's action (i, j) and :func:`action_controls` set identical controls."""
+    env = ScenarioEnv({"scenario": "tiny"})
+    env.reset(seed=1)
+    v = plan_view(env.sim)
+    env.step(np.array([4, 2]))
+    assert (env.sim.release_util, env.sim.ready_cores) == pytest.approx(
+        action_controls(v, (4, 2)))
+
+
+def test_rounded_mpc_plays_only_env_actions():
+    sim = ScenarioSim(load_scenario("tiny"))
+    ctrl = RoundedController(ForecastMPC())
+    sim.reset(2)
+    ctrl.reset(sim)
+    for _ in range(5):
+        v = plan_view(sim)
+        out = ctrl.decide(sim)
+        assert any(action_controls(v, a) == pytest.approx(out) for a in ACTIONS)
+        for _ in range(sim.cfg.decision_ticks):
+            sim.tick()
+    assert len(ctrl.solve_times) == 5
+
+
+def test_short_bc_run_lowers_the_imitation_loss():
+    demos = _expert_demos()
+    assert len(demos) > 50 and demos.obs.shape[1] == 34
+    torch.manual_seed(0)
+    module = build_module((64, 64))
+    before = evaluate_loss(module, demos.obs, demos.actions)
+    fit(module, demos.obs, demos.actions, epochs=40, batch_size=64, lr=3e-3,
+        weight_decay=0.0, seed=0)
+    after = evaluate_loss(module, demos.obs, demos.actions)
+    # untrained: ~ln 6 + ln 4 = 3.18 nats; fitted well below
+    assert before > 3.0
+    assert after < 0.7 * before
+
+
+def test_checkpoint_plays_like_the_in_process_module(tmp_path):
+    demos = _expert_demos()
+    torch.manual_seed(1)
+    module = build_module((32,))
+    fit(module, demos.obs, demos.actions, epochs=5, batch_size=64, lr=3e-3,
+        weight_decay=0.0, seed=1)
+    save_checkpoint(module, tmp_path / "ck", (32,), {"scenario": "tiny"})
+    size = sum(p.stat().st_size for p in (tmp_path / "ck").iterdir())
+    assert size < 300_000
+    sim = ScenarioSim(load_scenario("tiny"))
+    live = run_episode(sim, LearnedController(module), 500_001)
+    loaded = run_episode(sim, load_controller(tmp_path / "ck"), 500_001)
+    assert loaded.metrics == live.metrics
+    assert loaded.decisions == live.decisions > 0
+    _, spec = load_checkpoint(tmp_path / "ck")
+    assert spec["scenario"] == "tiny" and spec["model_config"]["hiddens"] == [32]
+
+
+@pytest.mark.slow
+def test_distill_cli_writes_a_checkpoint_that_evaluate_plays(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["scenarios", "distill", "--scenario", "tiny", "--run-seed", "1", "--out",
+               str(out), "--expert-seeds", "1", "--dagger-rounds", "1", "--dagger-seeds", "1",
+               "--val-seeds", "1"])
+    assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seeds"]["expert_train"] == [0]
+    assert len(manifest["seeds"]["dagger_train"]) == 1
+    assert 1 <= manifest["seeds"]["dagger_train"][0] < 50
+    assert manifest["seeds"]["validation"] == [500_000] and manifest["seeds"]["test"] == []
+    assert manifest["best_round"] in (0, 1) and len(manifest["rounds"]) == 2
+    assert manifest["wall_s"] > 0 and manifest["machine"]["cpus"] >= 1
+    capsys.readouterr()
+    rc = main(["scenarios", "evaluate", "--scenario", "tiny", "--policy", "signal_aware",
+               "--checkpoint", str(out), "--split", "validation", "--n-seeds", "2",
+               "--workers", "1", "--json", str(tmp_path / "ev.json")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "learned - signal_aware" in text
+    ev = json.loads((tmp_path / "ev.json").read_text())
+    assert len(ev["policies"]["learned"]["per_seed"]) == 2
+    assert ev["comparisons"][0]["vs"] == "signal_aware"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["scenarios", "distill", "--scenario", "nowhere", "--out", "{tmp}/x"], "nowhere"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "{tmp}/missing"],
+     "missing"),
+    (["scenarios", "distill", "--scenario", "tiny", "--out", "{tmp}/x", "--mpc-params",
+      '{"max_util": 7}'], "max_util"),
+    (["scenarios", "distill", "--scenario", "tiny", "--out", "{tmp}/x", "--expert-seeds",
+      "0"], "n_expert_seeds"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
+    rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and needle in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_checkpoint_without_weights_is_an_error(tmp_path, capsys):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "policy.json").write_text("{}")
+    rc = main(["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint",
+               str(tmp_path / "ck")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "policy.pt" in err
