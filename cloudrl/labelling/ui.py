@@ -25,7 +25,7 @@ header.top .who { margin-left:auto; font-size:.9rem; }
 header.top a, header.top button.link { color:#fff; }
 button.link { background:none; border:0; text-decoration:underline; cursor:pointer;
   font:inherit; padding:0; }
-main { padding: .75rem 1rem 7.5rem; max-width: 1500px; margin: 0 auto; }
+main { padding: .75rem 1rem 5.5rem; max-width: 1500px; margin: 0 auto; }
 :focus-visible { outline:3px solid var(--focus); outline-offset:2px; }
 .login { max-width: 26rem; margin: 4rem auto; background:var(--card); padding:1.5rem;
   border:1px solid var(--line); border-radius:8px; }
@@ -70,6 +70,7 @@ svg.chart text { font-size:11px; fill:#4a5563; }
   font-size:.9rem; padding:.35rem; border:1px solid #8a94a3; border-radius:4px;
   resize:vertical; }
 .status { min-height:1.3rem; font-size:.9rem; color:var(--muted); margin:.25rem 0 .5rem; }
+.choices .status { margin:0; flex:0 1 16rem; }
 .status.error { color:var(--bad); font-weight:600; }
 .empty { background:var(--card); border:1px solid var(--line); border-radius:8px;
   padding:2rem; text-align:center; }
@@ -185,9 +186,11 @@ function panelKeys(panel, series) {
   return ks;
 }
 function label(k) { return NAMES[k] || (k.includes(":") ? k.split(":")[1] : k); }
+const SLA_COLORS = ["#b91c1c", "#7e22ce", "#c2410c", "#0e7490"];
 function color(panel, k, i) {
-  return panel.kind === "stack" ? (STATE_COLORS[k.slice(8)] || COLORS[i % COLORS.length])
-    : COLORS[i % COLORS.length];
+  if (panel.kind === "stack") return STATE_COLORS[k.slice(8)] || COLORS[i % COLORS.length];
+  if (panel.id === "sla") return SLA_COLORS[i % SLA_COLORS.length];
+  return COLORS[i % COLORS.length];
 }
 function niceMax(hi) {
   if (!(hi > 0)) return 1;
@@ -336,6 +339,7 @@ const CHOICES = [["a", "A better", "←"], ["equal", "Equally good", "↓ or ="]
 
 function setStatus(text, error) {
   const s = document.getElementById("status");
+  if (error) document.getElementById("choices").hidden = false;
   s.textContent = text; s.className = "status" + (error ? " error" : "");
   s.setAttribute("role", error ? "alert" : "status");
 }
@@ -395,7 +399,8 @@ function buildBar() {
   }
   row.append(el("label", {for: "note"}, "Note (optional)"),
              el("textarea", {id: "note", maxlength: "2000",
-                             placeholder: "What made the difference?"}));
+                             placeholder: "What made the difference?"}),
+             el("p", {id: "status", class: "status", role: "status"}));
   document.addEventListener("keydown", (ev) => {
     const t = ev.target;
     if (t && (t.tagName === "TEXTAREA" || t.tagName === "INPUT")) {
@@ -413,8 +418,7 @@ setupLogin((me) => {
   document.getElementById("who").textContent = me.name;
   document.getElementById("session").hidden = false;
   const main = document.querySelector("main");
-  main.replaceChildren(el("p", {id: "status", class: "status", role: "status"}),
-                       el("div", {id: "work"}));
+  main.replaceChildren(el("div", {id: "work"}));
   buildBar();
   load();
 });
