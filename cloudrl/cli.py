@@ -23,6 +23,10 @@ from envs.scenario.catalog import UnknownScenarioError
 from envs.workloads import WORKLOAD_KINDS
 from envs.workloads.google_trace import TraceFileError, TraceFormatError
 
+# Installed on import too: the evaluation pool's spawned workers re-import the console
+# script, and with it this module, so they drop the same library noise as this process.
+quiet_library_logs()
+
 
 def _env_overrides(args: argparse.Namespace) -> dict[str, Any]:
     env: dict[str, Any] = {}
@@ -104,6 +108,13 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    if getattr(args, "scenario", None):  # a named scenario: its own controllers and table
+        from types import SimpleNamespace
+
+        return scenarios_cli.evaluate_scenario(SimpleNamespace(
+            scenario=args.scenario, policy=args.policy, params=None,
+            checkpoint=args.checkpoint, split=args.split or "test",
+            n_seeds=args.n_seeds or 50, workers=args.workers, json=None))
     from cloudrl.evaluate import (
         EvalConfig,
         evaluate,
@@ -402,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "eval_<checkpoint names or heuristics>_<workload>_n<N>_<interface>_"
                     "<split><n seeds>)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.add_argument("--scenario", help="a named scenario (cloudrl scenarios list); --policy "
+                                       "then takes signal_aware, mpc, oracle, run_at_once")
     ev.set_defaults(func=_cmd_evaluate)
 
     demo = sub.add_parser("demo", help="main job: train the gated DQN over the power-aware "
