@@ -51,6 +51,13 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         out.write_text(json.dumps({"command": " ".join(["cloudrl", *sys.argv[1:]]),
                                    "scenarios": [r.to_json() for r in rows]}, indent=2))
         print(f"wrote {out}")
+    if args.markdown:
+        from cloudrl.scenarios.headroom import format_markdown
+
+        md = Path(args.markdown)
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(format_markdown(rows) + "\n")
+        print(f"wrote {md}")
     return 0
 
 
@@ -182,6 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     hr.add_argument("--tune-seeds", type=int, default=10, help="validation seeds for tuning")
     hr.add_argument("--workers", type=int, default=None, help="worker processes (default: CPUs)")
     hr.add_argument("--json", help="write the table as JSON to this path")
+    hr.add_argument("--markdown", help="write the table as Markdown to this path")
     hr.add_argument("--plot-dir", help="save a picture of one test episode per scenario here")
     hr.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, "
                                            "else sqlite:///$PWD/mlflow.db)")

@@ -88,3 +88,26 @@ def format_rows(rows: list[HeadroomRow]) -> str:
             f"{r.mpc_gain_pct:5.1f} [{r.mpc_gain_ci95[0]:4.1f},{r.mpc_gain_ci95[1]:4.1f}] "
             f"{r.mpc_solve_s:8.4f}  {'PASS' if r.passes_gate else 'no'}")
     return "\n".join(lines)
+
+
+def format_markdown(rows: list[HeadroomRow]) -> str:
+    """The table as Markdown, for the docs (every number as measured)."""
+    out = ["| scenario | test seeds | heuristic $ | MPC $ | oracle $ | run at once $ | "
+           "heuristic→oracle gap % [95% CI] | heuristic→MPC gain % [95% CI] | MPC solve s | "
+           "gate |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(
+            f"| {r.name} | {r.n_seeds} | {r.heuristic_cost:.2f} | {r.mpc_cost:.2f} | "
+            f"{r.oracle_cost:.2f} | {r.run_at_once_cost:.2f} | {r.gap_pct:.1f} "
+            f"[{r.gap_ci95[0]:.1f}, {r.gap_ci95[1]:.1f}] | {r.mpc_gain_pct:.1f} "
+            f"[{r.mpc_gain_ci95[0]:.1f}, {r.mpc_gain_ci95[1]:.1f}] | {r.mpc_solve_s:.3f} | "
+            f"{'**pass**' if r.passes_gate else 'no'} |")
+    out += ["", "Mean cost terms per episode ($; kWh; SLA violation rate per class):", "",
+            "| scenario | controller | energy $ | carbon $ | SLA $ | kWh | kgCO2 | SLA latency-"
+            "critical | SLA batch |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for who, m in r.means.items():
+            out.append(f"| {r.name} | {who} | {m['energy_usd']:.2f} | {m['carbon_usd']:.2f} | "
+                       f"{m['sla_usd']:.2f} | {m['energy_kwh']:.1f} | {m['carbon_kg']:.1f} | "
+                       f"{100 * m['sla_lc']:.3f}% | {100 * m['sla_batch']:.3f}% |")
+    return "\n".join(out)
