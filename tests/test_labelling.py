@@ -268,7 +268,7 @@ def test_gold_accuracy_flags_an_operator_and_the_export_leaves_them_out(tmp_path
                          (ops["bad"],)).fetchone()[0]
     assert n_bad > 0 and conn.execute("SELECT COUNT(*) FROM labels WHERE flagged = 1"
                                       ).fetchone()[0] == n_bad  # kept, flagged
-    from cloudrl.labelling._formats import read_pairs
+    from cloudrl.data.pairs import read_pairs
 
     data = read_pairs(tmp_path / "out")
     assert len(data) == 16 and set(data.meta["source"]) == {"operator"}
@@ -355,7 +355,7 @@ def test_export_feeds_the_reward_model_reader_and_drift_shows_a_shift(tmp_path):
 
 def test_active_learning_priority_is_the_models_uncertainty(tmp_path):
     from cloudrl.alignment.reward_model import load_reward_model, member_gaps
-    from cloudrl.labelling._formats import pair_row, read_pairs, write_pairs
+    from cloudrl.data.pairs import pair_row, read_pairs, write_pairs
     from cloudrl.labelling.active import score_open_pairs, uncertainty
     from cloudrl.labelling.export import _segment
 
@@ -430,7 +430,7 @@ def test_votes_skip_pairs_without_answers(tmp_path):
 def _feedback_trajectory(env_config, seed: int, steps: int, policy_name: str):
     """An inline trajectory as the decision service receives it (states + actions)."""
     from cloudrl.heuristics import make_heuristic
-    from cloudrl.labelling._formats import make_env
+    from cloudrl.policy import make_env
     from serve_apps.state import state_of
 
     env, policy = make_env(env_config, "flat"), make_heuristic(policy_name)

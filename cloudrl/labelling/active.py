@@ -30,7 +30,7 @@ def uncertainty(gaps: np.ndarray) -> np.ndarray:
 def score_open_pairs(conn: sqlite3.Connection, reward_model: str | Path) -> dict[str, int]:
     """Set the priority of every open pair with observations; returns counts."""
     from cloudrl.alignment.reward_model import load_reward_model, member_gaps
-    from cloudrl.labelling._formats import pair_row, read_pairs
+    from cloudrl.data.pairs import pair_row, read_pairs
     from cloudrl.labelling.export import _segment, _shape
     from cloudrl.labelling.queue import set_priorities
 
@@ -47,7 +47,7 @@ def score_open_pairs(conn: sqlite3.Connection, reward_model: str | Path) -> dict
         rows.append(pair_row(f"p{pid}", "operator", 0.5, a, b))
         ids.append(pid)
     if rows:
-        from cloudrl.labelling._formats import write_pairs
+        from cloudrl.data.pairs import write_pairs
 
         with tempfile.TemporaryDirectory() as tmp:
             write_pairs(rows, tmp)

@@ -153,7 +153,8 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
                                                env_config=env_cfg, interface=args.interface,
                                                max_steps=args.max_steps)
             else:
-                from cloudrl.labelling._formats import make_env, read_episodes
+                from cloudrl.data.episodes import read_episodes
+                from cloudrl.policy import make_env
 
                 env = make_env(env_cfg, args.interface)
                 runs = [(env, ep) for ep in read_episodes(args.episodes)]

@@ -41,8 +41,9 @@ from cloudrl.labelling.segments import (
 def record_rollouts(policies: Sequence[str], seeds: Sequence[int], *, env_config: Any = None,
                     interface: str = "flat", max_steps: int | None = None) -> list[Any]:
     """Episodes (RLlib ``SingleAgentEpisode``) of each policy on each seed."""
-    from cloudrl.labelling._formats import make_env, make_policy, record_episode
+    from cloudrl.policy import make_env
     from cloudrl.protocol import TRAIN_SEEDS
+    from cloudrl.recording import make_policy, record_episode
 
     bad = [s for s in seeds if s not in TRAIN_SEEDS]
     if bad:
@@ -144,8 +145,9 @@ def feedback_pairs(db: str | Path, *, env_config: Any = None, interface: str = "
                    segment_length: int = 25, as_gold: bool = False,
                    scenario: str = "feedback") -> tuple[list[PairSpec], dict[str, int]]:
     """The feedback store's pairs as queue pairs; returns them and the skip counts."""
+    from cloudrl.data.pairs import read_pairs
     from cloudrl.feedback import export_pairs
-    from cloudrl.labelling._formats import make_env, read_pairs
+    from cloudrl.policy import make_env
 
     if not Path(db).is_file():
         raise FileNotFoundError(f"feedback database {db} does not exist")

@@ -91,7 +91,7 @@ def voted_pairs(conn: sqlite3.Connection, excluded: set[int], include_gold: bool
 
 
 def _segment(conn: sqlite3.Connection, seg_id: int):
-    from cloudrl.labelling._formats import Segment
+    from cloudrl.data.pairs import Segment
 
     blob, view_json = conn.execute("SELECT obs, view_json FROM segments WHERE id = ?",
                                    (seg_id,)).fetchone()
@@ -114,7 +114,7 @@ def export_labels(conn: sqlite3.Connection, out_dir: str | Path, *,
                   quality: QualityConfig | None = None, include_gold: bool = True,
                   rows_per_file: int = 256) -> ExportResult:
     """Flag operators, vote, write the pair dataset into ``out_dir``."""
-    from cloudrl.labelling._formats import pair_row, write_pairs
+    from cloudrl.data.pairs import pair_row, write_pairs
 
     ops = operator_table(conn, quality or QualityConfig())
     flagged = [r["id"] for r in ops if r["flagged"]]
@@ -156,7 +156,7 @@ def drift_report(conn: sqlite3.Connection, reward_model: str | Path, *,
     """The reward model's accuracy on the newest ``recent_fraction`` of labelled pairs
     (by their last label's time) vs the older ones; ties are left out."""
     from cloudrl.alignment.reward_model import load_reward_model, member_gaps
-    from cloudrl.labelling._formats import read_pairs
+    from cloudrl.data.pairs import read_pairs
 
     if not 0.0 < recent_fraction < 1.0:
         raise ValueError(f"recent_fraction: {recent_fraction} is not in (0, 1)")
