@@ -106,7 +106,7 @@ def test_late_label_is_kept_when_the_slot_is_still_free(tmp_path):
     assert conn.execute("SELECT taken FROM pairs").fetchone()[0] == 1
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(queue.CHOICES + ("none",)),
                               st.integers(0, 30)), min_size=1, max_size=60),

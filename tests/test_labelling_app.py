@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cloudrl.labelling import db, tokens
 from cloudrl.labelling.app import ServeConfig, TokenBucket, create_app
@@ -339,3 +341,33 @@ def test_cli_operators_enqueue_stats_export_round_trip(tmp_path, capsys):
     assert code == 0 and "Krippendorff's alpha" in out and "carol" in out
     code, out, err = run("export", "--db", path, "--out", str(tmp_path / "pairs"))
     assert code == 0 and json.loads(out)["pairs"] == 0 and "no labelled pairs" in err
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                     | st.text(max_size=30),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=12), kids, max_size=4), max_leaves=12)
+_label_like = st.fixed_dictionaries(
+    {"assignment_id": st.integers(-5, 2**70) | st.text(max_size=5) | st.none(),
+     "choice": st.sampled_from(["a", "b", "equal", "skip", "left", ""]) | st.integers()},
+    optional={"note": st.text(max_size=40) | st.integers(), "time_taken_ms": st.integers(),
+              "x": _json})
+
+
+def test_fuzzed_bodies_never_get_a_5xx(tmp_path):
+    toks = seed_db(tmp_path / "labels.db", n_pairs=40, k=3)
+    cfg = ServeConfig(db=str(tmp_path / "labels.db"), rate_per_s=1000.0, rate_burst=1000,
+                      queue=QueueConfig(gold_rate=0.0))
+    with Server(cfg) as srv:
+        @settings(max_examples=30, deadline=None)
+        @given(body=_json | _label_like, path=st.sampled_from(["/api/labels",
+                                                              "/api/admin/gold"]),
+               raw=st.booleans(), who=st.sampled_from(["alice", "admin", "nobody"]))
+        def fuzz(body, path, raw, who):
+            data = (json.dumps(body)[:-1].encode() if raw else json.dumps(body).encode())
+            status, out, _ = call(srv.base, path, toks.get(who, "lbl_x"), raw=data)
+            assert status < 500, (status, out)
+            if who == "nobody":
+                assert status == 401
+
+        fuzz()
