@@ -91,3 +91,17 @@ def test_ray_workers_run_the_quiet_hook() -> None:
 
     module, func = SETUP_HOOK.rsplit(".", 1)
     assert (module, func) == ("cloudrl.quiet", "quiet_worker")
+
+
+@pytest.mark.usefixtures("clean_loggers")
+def test_importing_the_cli_installs_the_filters() -> None:
+    """The evaluation pool spawns workers that re-import the console script (and so the CLI
+    module) without calling main(): the filters must come with the import."""
+    import importlib
+
+    import cloudrl.cli
+
+    log = logging.getLogger("ray._common.deprecation")
+    log.filters[:] = [f for f in log.filters if not isinstance(f, quiet._DropMessages)]
+    importlib.reload(cloudrl.cli)
+    assert any(isinstance(f, quiet._DropMessages) for f in log.filters)

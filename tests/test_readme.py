@@ -1,5 +1,7 @@
-"""The README runs as written: every ``cloudrl`` command line in it parses with the real CLI,
-and the bare ``cloudrl`` lines come after the README says how to put it on PATH."""
+"""The README runs as written: it is short, every command in it parses with the real CLI
+(``make`` targets exist, scripts and files exist), the bare ``cloudrl`` lines come after
+the README says how to put it on PATH, its links resolve, and its demo table is the one
+the demo wrote (``docs/results/demo.md``), not numbers typed by hand."""
 
 from __future__ import annotations
 
@@ -8,71 +10,159 @@ import shlex
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from cloudrl.demo_report import readme_block, report_body
+from tests.doc_commands import README, ROOT, Command, check, runnable_commands
+
 ACTIVATE = "source .venv/bin/activate"
+COMMANDS = runnable_commands([README])
+TOUR = ("evaluate", "train", "sweep", "compare", "headline", "align", "serve", "label")
 
 
-def _code_lines() -> list[tuple[int, str]]:
-    """(line number, logical line) of every shell code block: continuations joined,
-    comments dropped."""
-    out: list[tuple[int, str]] = []
-    in_block, pending, start = False, "", 0
-    for no, raw in enumerate(README.read_text().splitlines(), 1):
-        if raw.startswith("```"):
-            in_block = raw.strip() in ("```bash", "```sh", "```console")
-            continue
-        if not in_block:
-            continue
-        line = raw.rstrip()
-        if not pending:
-            start = no
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        out.append((start, pending + line))
-        pending = ""
-    return out
+def test_readme_is_short() -> None:
+    assert len(README.read_text().splitlines()) <= 250
 
 
-def _strip(line: str) -> str:
-    """Drop a trailing ``# comment`` (outside quotes) and ``[optional]`` parts."""
-    line = re.sub(r"\s+#\s.*$", "", line)
-    return re.sub(r"\s*\[[^\]]*\]", "", line).strip()
+def test_readme_has_the_two_commands_and_a_tour_of_the_tasks() -> None:
+    lines = [c.line for c in COMMANDS]
+    assert lines[:2] == ["make demo", "make test"]
+    cloudrl = [shlex.split(line)[1] for line in lines if line.startswith("cloudrl ")]
+    assert set(TOUR) <= set(cloudrl), f"tour misses {set(TOUR) - set(cloudrl)}"
+    assert any("--num-env-runners" in line for line in lines)  # the cluster-shaped job
 
 
-def cloudrl_commands() -> list[tuple[int, list[str]]]:
-    cmds = []
-    for no, line in _code_lines():
-        line = _strip(line)
-        for prefix in ("cloudrl ", ".venv/bin/cloudrl ", "python -m cloudrl "):
-            if line.startswith(prefix):
-                cmds.append((no, shlex.split(line[len(prefix):])))
-    return cmds
-
-
-def test_readme_has_cloudrl_commands() -> None:
-    assert len(cloudrl_commands()) >= 10
-
-
-@pytest.mark.parametrize(("line_no", "argv"), cloudrl_commands(),
-                         ids=[f"README:{n}" for n, _ in cloudrl_commands()])
-def test_readme_cloudrl_command_parses(line_no: int, argv: list[str]) -> None:
-    from cloudrl.cli import build_parser
-
-    try:
-        build_parser().parse_args(argv)
-    except SystemExit as e:  # argparse's way of saying "bad command line"
-        pytest.fail(f"README line {line_no}: `cloudrl {shlex.join(argv)}` does not parse "
-                    f"(exit {e.code})")
+@pytest.mark.parametrize("cmd", COMMANDS, ids=[c.where for c in COMMANDS])
+def test_readme_command_runs_as_written(cmd: Command) -> None:
+    problem = check(cmd)
+    assert problem is None, problem
 
 
 def test_bare_cloudrl_comes_after_activation() -> None:
-    """A newcomer who copies the Usage lines after `make demo` has `cloudrl` on PATH."""
-    lines = _code_lines()
-    activate = next((no for no, line in lines if ACTIVATE in line), None)
-    assert activate is not None, f"README never says `{ACTIVATE}`"
-    bare = [no for no, line in lines if _strip(line).startswith(("cloudrl ", "mlflow "))]
-    assert bare, "no bare cloudrl lines found"
-    assert min(bare) > activate, f"README line {min(bare)} uses bare `cloudrl` before line " \
-                                 f"{activate} says `{ACTIVATE}`"
+    """A newcomer who copies the tour's lines after `make demo` has `cloudrl` on PATH."""
+    lines = [c.line for c in COMMANDS]
+    assert ACTIVATE in lines, f"README never says `{ACTIVATE}`"
+    bare = [i for i, line in enumerate(lines) if line.startswith(("cloudrl ", "mlflow "))]
+    assert bare and min(bare) > lines.index(ACTIVATE)
+
+
+def test_readme_links_resolve() -> None:
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not re.match(r"[a-z]+://", link)]
+    assert len(local) >= 20
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert missing == []
+
+
+def test_readme_demo_table_is_the_demos_own_output() -> None:
+    page = ROOT / "docs" / "results" / "demo.md"
+    block = readme_block(README.read_text())
+    assert block is not None, "README has no demo-report block"
+    assert block == report_body(page.read_text()), \
+        "README's demo block differs from docs/results/demo.md: run `make demo-docs` or " \
+        "`python -m cloudrl.demo_report README.md docs/results/demo.md`"
+    assert "| gated_dqn" in block and "| power_aware" in block
+    assert (ROOT / "docs" / "img" / "demo.png").stat().st_size > 10_000
+
+
+def test_readme_install_facts_match_the_makefile() -> None:
+    """What the README says about the install is what the Makefile does."""
+    make = (ROOT / "Makefile").read_text()
+    text = README.read_text()
+    spec = re.search(r"^TORCH_SPEC \?= (\S+)", make, re.M).group(1)
+    assert f"`TORCH_SPEC` (default `{spec}`)" in text
+    assert re.search(r"^TORCH_INDEX_URL \?=\s*$", make, re.M)  # default: pip's index
+    demo_install = make.split("$(STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "pip install -q -e .\n" in demo_install and '-e ".[' not in demo_install
+    assert 'pip install -q -e ".[dev,train,solar]"' in make
+
+
+# --- how the demo's page gets into the README -------------------------------------------
+
+PAGE = """# What the demo prints
+
+<!-- generated by `cloudrl demo --report-md`; do not edit by hand -->
+
+**poisson, N=15, 50 test seeds**
+
+| policy | energy kWh |
+|---|---|
+| power_aware [branching] | 39.6 ± 0.6 |
+
+Produced by `cloudrl demo` on 2026-01-01 00:00 UTC: 2 CPU cores.
+"""
+
+
+def test_embed_puts_the_page_body_between_the_markers_and_nothing_else_changes() -> None:
+    from cloudrl.demo_report import BEGIN, END, embed
+
+    readme = f"# x\n\nbefore\n{BEGIN}\nold table\n{END}\nafter\n"
+    new = embed(readme, PAGE)
+    assert readme_block(new) == report_body(PAGE)
+    assert new.startswith("# x\n\nbefore\n") and new.endswith(f"{END}\nafter\n")
+    assert "# What the demo prints" not in new and "generated by" not in new
+    assert embed(new, PAGE) == new  # idempotent
+    with pytest.raises(ValueError, match="no"):
+        embed("# no markers\n", PAGE)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200),
+       st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200))
+def test_embed_keeps_any_text_around_the_block(before: str, after: str) -> None:
+    from cloudrl.demo_report import BEGIN, END, embed
+
+    assume(BEGIN not in before + after and END not in before + after)
+    readme = f"{before}{BEGIN}\nx\n{END}{after}"
+    new = embed(readme, PAGE)
+    assert new.startswith(before + BEGIN) and new.endswith(END + after)
+
+
+def test_sync_readme_and_write_report(tmp_path: Path) -> None:
+    from cloudrl.demo_report import BEGIN, END, DemoReport, main, write_report
+
+    img = tmp_path / "pareto.png"
+    img.write_bytes(b"png")
+    report = DemoReport(title="What the demo prints", command="cloudrl demo",
+                        sections=[("poisson, N=15", "| policy |\n|---|\n| ffd |")],
+                        notes=["a note"], wall_s=125.0, machine="2 CPU cores", date="today")
+    paths = write_report(report, tmp_path / "d" / "demo.md", img, tmp_path / "img" / "demo.png")
+    assert [p.name for p in paths] == ["demo.md", "demo.png"]
+    page = paths[0].read_text()
+    assert "**poisson, N=15**" in page and "| ffd |" in page and "2 min 5 s" in page
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{BEGIN}\n{END}\n")
+    assert main([str(readme), str(paths[0])]) == 0
+    assert readme_block(readme.read_text()) == report_body(page)
+    assert main([str(readme), str(tmp_path / "missing.md")]) == 2
+    assert main([]) == 2
+
+
+def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsys) -> None:
+    """``cloudrl demo --report-md/--report-img`` writes the tables compare returned."""
+    import cloudrl.cli as cli
+    from cloudrl.metrics import METRICS
+
+    pareto = tmp_path / "pareto.png"
+    pareto.write_bytes(b"\x89PNG picture")
+    rows = [{"policy": "power_aware [branching]", "kind": "heuristic", "runs": 1,
+             **{f"{m}_{s}": 1.0 for m in METRICS for s in ("mean", "ci95")}}]
+
+    def fake_compare(args):
+        args.result = {"tables": {("poisson", 15): rows},
+                       "titles": {("poisson", 15): "poisson, N=15, 50 test seeds"},
+                       "paths": [pareto]}
+        return 0
+
+    monkeypatch.setattr(cli, "_cmd_sweep", lambda args: 0)
+    monkeypatch.setattr(cli, "_cmd_compare", fake_compare)
+    md, png = tmp_path / "demo.md", tmp_path / "img" / "demo.png"
+    assert cli.main(["demo", "--env-steps", "1600", "--report-md", str(md),
+                     "--report-img", str(png)]) == 0
+    page = md.read_text()
+    assert page.startswith("# What the demo prints")
+    assert "**poisson, N=15, 50 test seeds**" in page and "| power_aware [branching]" in page
+    assert "Produced by `cloudrl demo` on " in page and "CPU cores" in page
+    assert png.read_bytes() == pareto.read_bytes()
+    assert f"wrote {md}" in capsys.readouterr().out
