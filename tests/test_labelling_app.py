@@ -337,6 +337,15 @@ def test_cli_operators_enqueue_stats_export_round_trip(tmp_path, capsys):
                              " ON sa.id = p.a_seg JOIN segments sb ON sb.id = p.b_seg"):
         a, b = json.loads(a), json.loads(b)
         assert (a["start"], a["policy"]) != (b["start"], b["policy"])
+    from cloudrl.recording import record_episodes  # episodes recorded earlier, from a dir
+
+    record_episodes("ffd", tmp_path / "demos", env_config={"n_servers": 4, "sim": {
+        "episode_length": 30}}, episodes=1, seeds=[0])
+    code, out, err = run("enqueue", "--db", path, "--episodes", str(tmp_path / "demos"),
+                         "--n-servers", "4", "--segment-length", "10", "--pairs", "3", "--k", "1")
+    assert code == 0, err
+    assert json.loads(out)["added"] == 3
+    assert conn.execute("SELECT COUNT(*) FROM pairs WHERE k = 1").fetchone()[0] == 3
     code, out, _ = run("stats", "--db", path)
     assert code == 0 and "Krippendorff's alpha" in out and "carol" in out
     code, out, err = run("export", "--db", path, "--out", str(tmp_path / "pairs"))
