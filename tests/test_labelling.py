@@ -514,3 +514,38 @@ def test_the_reward_model_command_trains_on_the_export(tmp_path, capsys):
     # and the trained model scores the labels: the drift report reads both halves
     rep = drift_report(conn, tmp_path / "reward", recent_fraction=0.5)
     assert rep["older"]["pairs"] + rep["recent"]["pairs"] == 24
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def test_scenario_segments_show_signal_classes_and_power_states(tmp_path):
+    from cloudrl.labelling.scenario_segments import scenario_segments
+
+    segs = scenario_segments("tiny", ["run_at_once", "signal_aware"], [0], length=90)
+    assert len(segs) == 8 and {s.view["policy"] for s in segs} == {"run_at_once",
+                                                                   "signal_aware"}
+    v = validate_view(segs[0].view)
+    assert {"grid_kw", "price", "carbon", "queue:lc", "queue:batch", "sla:lc", "sla:batch",
+            "servers:active", "servers:suspended", "servers:off", "servers:waking"} \
+        <= set(v["series"])
+    states = np.sum([v["series"][k] for k in v["series"] if k.startswith("servers:")], axis=0)
+    assert (states == 8).all()  # the tiny scenario's fleet, every tick
+    assert v["summary"]["mean_price"] > 0 and v["summary"]["cost_usd"] > 0
+    assert v["units"] == {"queue": "cores"}
+    with pytest.raises(ValueError, match="train seed"):
+        scenario_segments("tiny", ["run_at_once"], [1_000_000], length=10)
+    # pairs compare the same window under the two controllers; they queue and label
+    from cloudrl.labelling.enqueue import make_pairs
+
+    conn = db.connect(tmp_path / "labels.db")
+    pairs = make_pairs(segs, 4)
+    assert all(a.view["start"] == b.view["start"] for a, b in pairs)
+    assert add_pairs(conn, [PairSpec(a=a, b=b, source="scenario") for a, b in pairs]) == (4, 0)
+    (oid,) = _ops(conn, ["x"]).values()
+    q = TaskQueue(conn, QueueConfig(gold_rate=0.0))
+    t = q.next_task(oid)
+    assert json.loads(t["left"])["scenario"] == "tiny"
+    q.submit(oid, t["assignment_id"], "a")
+    res = export_labels(conn, tmp_path / "out")  # no cluster-env observations to export
+    assert res.written == 0 and res.skipped == {"no_observations": 1}

@@ -4,9 +4,11 @@
   API (:mod:`.app`);
 * ``operators add NAME [--admin]`` (prints the token once), ``operators list``,
   ``operators rotate NAME``, ``operators disable NAME``;
-* ``enqueue``: pairs from ``--policy`` rollouts on ``--seeds`` (and an env config /
-  scenario), from ``--episodes DIR`` (recorded episodes) or ``--from-feedback DB`` (the
-  decision service's store); ``--gold-fraction``, ``--reward-model`` for priorities;
+* ``enqueue``: pairs from ``--policy`` rollouts on ``--seeds`` (and an env config or
+  workload), from ``--episodes DIR`` (recorded episodes), ``--from-feedback DB`` (the
+  decision service's store) or ``--from-scenario NAME --controller KIND ...`` (the
+  scenarios' signals, job classes and power states); ``--gold-fraction``,
+  ``--reward-model`` for priorities;
 * ``reprioritize --reward-model DIR``: re-score open pairs by the model's uncertainty;
 * ``gold PAIR_ID a|b|equal|none``: set or clear a pair's known answer;
 * ``stats``: queue, strata, per-operator gold accuracy and agreement, Krippendorff's
@@ -134,10 +136,14 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
     from cloudrl.labelling.queue import PairSpec, add_pairs
     from cloudrl.labelling.segments import EnvMeta
 
-    sources = [bool(args.policy), bool(args.episodes), bool(args.from_feedback)]
+    sources = [bool(args.policy), bool(args.episodes), bool(args.from_feedback),
+               bool(args.from_scenario)]
     if sum(sources) != 1:
-        raise ConfigError("enqueue: give exactly one of --policy (rollouts), --episodes DIR "
-                          "or --from-feedback DB")
+        raise ConfigError("enqueue: give exactly one of --policy (rollouts), --episodes DIR, "
+                          "--from-feedback DB or --from-scenario NAME")
+    if args.from_scenario and not args.controller:
+        raise ConfigError("enqueue: --from-scenario needs --controller KIND (repeatable, "
+                          "e.g. run_at_once, signal_aware, mpc)")
     env_cfg = _env_config(args)
     conn = _db(args)
     skipped: dict[str, int] = {}
@@ -147,6 +153,14 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
                 args.from_feedback, env_config=env_cfg, interface=args.interface,
                 segment_length=args.segment_length, as_gold=args.feedback_as_gold,
                 scenario=args.scenario or "feedback")
+        elif args.from_scenario:
+            from cloudrl.labelling.scenario_segments import scenario_segments
+
+            segments = scenario_segments(args.from_scenario, args.controller,
+                                         args.seeds or [0, 1], args.segment_length,
+                                         args.stride)
+            pairs = enqueue.make_pairs(segments, args.pairs, seed=args.seed)
+            specs = [PairSpec(a=a, b=b, source="scenario") for a, b in pairs]
         else:
             if args.policy:
                 runs = enqueue.record_rollouts(args.policy, args.seeds or [0, 1],
@@ -364,6 +378,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     en.add_argument("--episodes", help="directory of recorded episodes (cloudrl align record)")
     en.add_argument("--from-feedback", metavar="DB", help="the decision service's state_db "
                     "(pairs posted to /v1/feedback)")
+    en.add_argument("--from-scenario", metavar="NAME", help="a scenario of the catalog "
+                    "(price/carbon signals, job classes, power states), run by --controller")
+    en.add_argument("--controller", action="append", help="scenario controller kind "
+                    "(repeatable): run_at_once, signal_aware, mpc, ...")
     en.add_argument("--feedback-as-gold", action="store_true",
                     help="use the stored preference of feedback pairs as their gold answer")
     en.add_argument("--env-config", metavar="YAML", help="env config (a file with an env: "

@@ -167,7 +167,8 @@ const PANELS = [
    match: (k) => k.startsWith("servers:")},
 ];
 const SUMMARY = [
-  ["energy_kwh", "Energy", "kWh"], ["energy_cost", "Energy cost", "$"],
+  ["cost_usd", "Cost, all terms", "$"], ["energy_kwh", "Energy", "kWh"],
+  ["energy_cost", "Energy cost", "$"],
   ["sla_violations", "SLA violations", ""], ["mean_queue", "Jobs waiting, mean", ""],
   ["max_queue", "Jobs waiting, max", ""], ["mean_active_servers", "Active servers, mean", ""],
   ["mean_price", "Price, mean", "$/MWh"], ["mean_carbon", "Carbon, mean", "gCO2/kWh"],
@@ -314,8 +315,10 @@ function renderPair(main, task) {
     const legend = keys.length > 1 ? el("span", {class: "legend"}, ...keys.map((k, i) =>
       el("span", {}, el("i", {style: `background:${color(panel, k, i)}`}), label(k)))) : null;
     for (const [box, view, nm] of [[a, task.left, "A"], [b, task.right, "B"]]) {
+      const cores = panel.id === "queue" && (view.units || {}).queue === "cores";
       const div = el("div", {class: "panel", "data-panel": panel.id},
-        el("h3", {}, panel.title, el("span", {class: "unit"}, panel.unit),
+        el("h3", {}, cores ? "Work waiting" : panel.title,
+           el("span", {class: "unit"}, cores ? "cores" : panel.unit),
            legend ? legend.cloneNode(true) : null),
         chart(panel, keys, view, range, `${panel.title} of segment ${nm}`, width));
       box.append(div);
