@@ -54,34 +54,99 @@ class FluidPlan:
 
 
 def solve(problem: FluidProblem) -> FluidPlan:
-    """Solve the fluid program with HiGHS; raises RuntimeError if the solver fails."""
+    """Solve the fluid program with HiGHS; raises RuntimeError if the solver fails.
+
+    The cumulative work is a variable of its own (``C_p = C_{p-1} + w_p``), so the
+    deadline and arrival constraints are bounds and the matrix stays O(P) sparse."""
     p = problem
     n = len(p.grid_usd_per_kwh)
-    # variable blocks: w (n), g (n), e (n), v (n)
+    # variable blocks: w, g, e, v, C (n each)
     iw, ig, ie, iv = (np.arange(n) + k * n for k in range(4))
-    cost = np.concatenate([np.zeros(n), p.grid_usd_per_kwh,
-                           -np.full(n, p.export_usd_per_kwh), np.full(n, p.shortfall_usd_per_core_tick)])
+    cost = np.concatenate([np.zeros(n), p.grid_usd_per_kwh, -np.full(n, p.export_usd_per_kwh),
+                           np.full(n, p.shortfall_usd_per_core_tick), np.zeros(n)])
     eye = sparse.identity(n, format="csr")
-    lower = sparse.tril(np.ones((n, n)), format="csr")
     zero = sparse.csr_matrix((n, n))
-    a_eq = sparse.hstack([-p.kwh_per_core_tick * eye, eye, -eye, zero], format="csr")
-    b_eq = p.base_kwh - p.solar_kwh
-    # -(cum w) - v <= -due ;  cum w <= avail
-    a_ub = sparse.vstack([sparse.hstack([-lower, zero, zero, -eye]),
-                          sparse.hstack([lower, zero, zero, zero])], format="csr")
-    b_ub = np.concatenate([-p.due, p.avail])
-    export_cap = p.solar_kwh if p.export_usd_per_kwh > 0 else p.solar_kwh
-    bounds = ([(0.0, max(float(r), 0.0)) for r in p.room] + [(0.0, None)] * n
-              + [(0.0, float(s)) for s in export_cap] + [(0.0, None)] * n)
+    diff = sparse.identity(n, format="csr") - sparse.eye(n, k=-1, format="csr")
+    a_eq = sparse.vstack([
+        sparse.hstack([-p.kwh_per_core_tick * eye, eye, -eye, zero, zero]),  # grid balance
+        sparse.hstack([-eye, zero, zero, zero, diff]),  # C_p - C_{p-1} - w_p = 0
+    ], format="csr")
+    b_eq = np.concatenate([p.base_kwh - p.solar_kwh, np.zeros(n)])
+    a_ub = sparse.hstack([zero, zero, zero, -eye, -eye], format="csr")  # -C - v <= -due
+    b_ub = -p.due
+    bounds = np.zeros((5 * n, 2))
+    bounds[:, 1] = np.inf
+    bounds[iw, 1] = np.maximum(p.room, 0.0)
+    bounds[ie, 1] = p.solar_kwh
+    bounds[4 * n:, 1] = p.avail  # C_p <= available work
+    a = sparse.vstack([a_eq, a_ub], format="csc")
+    row_lo = np.concatenate([b_eq, np.full(len(b_ub), -np.inf)])
+    row_hi = np.concatenate([b_eq, b_ub])
     t0 = time.perf_counter()
-    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds,
-                  method="highs")
+    x, objective = _highs(cost, bounds, a, row_lo, row_hi)
     solve_s = time.perf_counter() - t0
-    if res.status != 0:
-        raise RuntimeError(f"fluid plan: HiGHS status {res.status}: {res.message}")
-    x = res.x
-    return FluidPlan(work=x[iw], grid_kwh=x[ig], shortfall=x[iv], cost_usd=float(res.fun),
+    return FluidPlan(work=x[iw], grid_kwh=x[ig], shortfall=x[iv], cost_usd=objective,
                      solve_s=solve_s)
+
+
+_SOLVER: list = []
+
+
+def _solver(highspy):
+    """One HiGHS instance per process, built with stdout muted (its constructor prints a
+    banner from C, which no option turns off), then reused: a model is replaced per solve."""
+    if not _SOLVER:
+        import os
+        import sys
+
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        h.setOptionValue("output_flag", False)
+        _SOLVER.append(h)
+    return _SOLVER[0]
+
+
+def _highs(cost: np.ndarray, bounds: np.ndarray, a: sparse.csc_matrix, row_lo: np.ndarray,
+           row_hi: np.ndarray) -> tuple[np.ndarray, float]:
+    """Solve ``min cost·x, row_lo <= A x <= row_hi, bounds`` with HiGHS (highspy when it is
+    installed, which skips scipy's per-call overhead; else ``scipy.optimize.linprog``)."""
+    try:
+        import highspy
+    except ImportError:  # pragma: no cover - scipy ships the same solver
+        eq = row_lo == row_hi
+        res = linprog(cost, A_ub=sparse.vstack([a[~eq], -a[~eq]]).tocsr()[
+            np.concatenate([np.isfinite(row_hi[~eq]), np.isfinite(row_lo[~eq])])],
+            b_ub=np.concatenate([row_hi[~eq][np.isfinite(row_hi[~eq])],
+                                 -row_lo[~eq][np.isfinite(row_lo[~eq])]]),
+            A_eq=a[eq], b_eq=row_lo[eq], bounds=bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"fluid plan: HiGHS status {res.status}: {res.message}") from None
+        return res.x, float(res.fun)
+    h = _solver(highspy)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = len(cost), a.shape[0]
+    lp.col_cost_ = cost
+    lp.col_lower_ = bounds[:, 0]
+    lp.col_upper_ = np.where(np.isfinite(bounds[:, 1]), bounds[:, 1], highspy.kHighsInf)
+    lp.row_lower_ = np.where(np.isfinite(row_lo), row_lo, -highspy.kHighsInf)
+    lp.row_upper_ = np.where(np.isfinite(row_hi), row_hi, highspy.kHighsInf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"fluid plan: HiGHS {h.modelStatusToString(status)}")
+    return np.asarray(h.getSolution().col_value), float(h.getInfo().objective_function_value)
 
 
 def per_period(values: np.ndarray, d: int, how: str = "sum") -> np.ndarray:

@@ -45,13 +45,13 @@ class JobClassConfig(StrictConfig):
 
 
 def _lc_default() -> JobClassConfig:
-    return JobClassConfig(load_share=0.5, cores_mean=4.0, duration_min_mean=10.0, slack_min=6.0,
+    return JobClassConfig(load_share=0.5, cores_mean=8.0, duration_min_mean=15.0, slack_min=6.0,
                           diurnal_amplitude=0.5, peak_hour=19.0, bursts_per_day=3.0,
                           burst_minutes=20.0, burst_factor=1.8)
 
 
 def _batch_default() -> JobClassConfig:
-    return JobClassConfig(load_share=0.5, cores_mean=8.0, duration_min_mean=90.0,
+    return JobClassConfig(load_share=0.5, cores_mean=16.0, duration_min_mean=120.0,
                           slack_min=12 * 60.0, diurnal_amplitude=0.3, peak_hour=11.0)
 
 
@@ -113,7 +113,7 @@ class ScenarioConfig(StrictConfig):
     name: str = "custom"
     description: str = ""
     fleet: FleetConfig = Field(default_factory=lambda: FleetConfig(n_servers=50))
-    tick_seconds: float = Field(default=120.0, ge=10.0, le=3600.0)
+    tick_seconds: float = Field(default=180.0, ge=10.0, le=3600.0)
     days: float = Field(default=2.0, ge=0.25, le=14.0, description="episode length, days")
     decision_minutes: float = Field(default=15.0, ge=1.0, le=240.0,
                                     description="a controller decides every this many minutes")
