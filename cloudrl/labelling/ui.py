@@ -40,10 +40,12 @@ main { padding: .75rem 1rem 5.5rem; max-width: 1500px; margin: 0 auto; }
 .side h2 { margin:0; font-size:1.05rem; display:flex; align-items:baseline; gap:.5rem; }
 .side h2 .key { font-size:.8rem; color:var(--muted); font-weight:500; }
 .side .meta { color:var(--muted); font-size:.85rem; margin:.1rem 0 .4rem; }
-table.summary { width:100%; border-collapse:collapse; font-size:.88rem; margin-bottom:.3rem; }
-table.summary th { text-align:left; font-weight:500; color:var(--muted); padding:.1rem 0; }
-table.summary td { text-align:right; font-variant-numeric: tabular-nums; font-weight:600; }
-table.summary tr + tr th, table.summary tr + tr td { border-top:1px solid #eef0f3; }
+dl.summary { display:grid; grid-template-columns: 1fr auto 1fr auto; column-gap:.8rem;
+  font-size:.88rem; margin:0 0 .3rem; }
+@media (max-width: 1100px) { dl.summary { grid-template-columns: 1fr auto; } }
+dl.summary dt { color:var(--muted); padding:.1rem 0; border-top:1px solid #eef0f3; }
+dl.summary dd { margin:0; text-align:right; font-variant-numeric: tabular-nums;
+  font-weight:600; padding:.1rem 0; border-top:1px solid #eef0f3; }
 .panel { margin-top:.35rem; }
 .panel h3 { font-size:.85rem; margin:0; font-weight:600; display:flex; gap:.6rem;
   flex-wrap:wrap; align-items:center; }
@@ -282,8 +284,9 @@ function chart(panel, keys, view, range, ariaLabel, width) {
 }
 function describe(view) {
   const mins = (view.length * view.tick_seconds) / 60;
+  const span = mins >= 120 ? `${fmt(mins / 60, 1)} h` : `${fmt(mins, 0)} min`;
   return `${view.scenario || "workload"} · seed ${view.seed >= 0 ? view.seed : "–"} · ` +
-    `ticks ${view.start}–${view.start + view.length - 1} (${fmt(mins, 0)} min)`;
+    `ticks ${view.start}–${view.start + view.length - 1} (${span})`;
 }
 function side(name, keyHint, view, other) {
   const box = el("section", {class: "side", "aria-label": "Segment " + name});
@@ -293,10 +296,14 @@ function side(name, keyHint, view, other) {
     ((view.summary[k] ?? null) !== null || (other.summary[k] ?? null) !== null));
   const extra = Object.keys(view.summary).filter((k) => k.startsWith("sla_violations:")).sort()
     .map((k) => [k, "SLA violations, " + k.split(":")[1], ""]);
-  const table = el("table", {class: "summary"});
-  for (const [k, title, unit] of rows.concat(extra)) {
-    table.append(el("tr", {}, el("th", {scope: "row"}, title + (unit ? ` (${unit})` : "")),
-                   el("td", {"data-key": k}, fmt(view.summary[k]))));
+  const table = el("dl", {class: "summary"});
+  const cores = (view.units || {}).queue === "cores";
+  for (let [k, title, unit] of rows.concat(extra)) {
+    if (cores && (k === "mean_queue" || k === "max_queue")) {
+      title = title.replace("Jobs waiting", "Work waiting"); unit = "cores";
+    }
+    table.append(el("dt", {}, title + (unit ? ` (${unit})` : "")),
+                 el("dd", {"data-key": k}, fmt(view.summary[k])));
   }
   box.append(table);
   return box;
