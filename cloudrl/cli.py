@@ -226,7 +226,8 @@ HEADLINE_NOTE = (
     "decisions per workload, 18 min on 2 cores): the learned gate ties the tuned power_aware "
     "(0.00 kWh on poisson, -0.02 +- 0.05 on google_v2_like), and closing 30% of the gap to the "
     "clairvoyant bound is out of reach of a policy that serves its work (docs: "
-    "results/headline.md); reproduce with `cloudrl headline --config experiments/headline.yaml`.")
+    "results/headline.md); reproduce with "
+    "`cloudrl headline --config experiments/configs/headline.yaml`.")
 
 
 def demo_hparams(env_steps: int) -> dict[str, Any]:
@@ -468,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="Ray Tune sweep: algos x run seeds x workloads, "
                                       "tracked in MLflow, evaluated on the test seeds")
     sw.add_argument("--config", metavar="YAML",
-                    help="sweep file, e.g. experiments/sweep_small.yaml")
+                    help="sweep file, e.g. experiments/configs/sweep_small.yaml")
     sw.add_argument("--algos", nargs="+", choices=ALGOS, help="default: ppo dqn")
     sw.add_argument("--workloads", nargs="+", choices=WORKLOAD_KINDS,
                     help="default: poisson google_v2_like")

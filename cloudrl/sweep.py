@@ -30,7 +30,7 @@ decides what gets evaluated; :mod:`cloudrl.sweep_tracking` is the MLflow side, w
 takes plain values (run names, tags, params, evaluation results) and never calls back
 here; :mod:`cloudrl.evaluate` runs the evaluations.
 
-CLI: ``cloudrl sweep --config experiments/sweep_small.yaml``;
+CLI: ``cloudrl sweep --config experiments/configs/sweep_small.yaml``;
 ``cloudrl sweep --resume <experiment dir, or its name under --storage-path>``.
 """
 

@@ -24,7 +24,7 @@ float32 rounding, checked against the env's ``info["violations"]`` in the tests)
 other inputs are those of s'. A net fed the raw (s, s') pair, or s' plus the difference
 s' - s, has to learn the division by a from a few hundred labels; with the column the
 held-out pair accuracy at 1,000 labels went from 0.86 (r(s')) to 0.93
-(``experiments/bench_reward_model.py``).
+(``experiments/benchmarks/bench_reward_model.py``).
 
 Derived server features (``ServerFeatures``, optional): each server row gets two more
 columns before the encoder, its utilisation ``max(cpu_util, 1 - mem_free / mem_cap)`` and

@@ -87,14 +87,16 @@ def test_train_without_reward_model_is_one_line_exit_2(tmp_path, capsys, monkeyp
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session")
 def test_pipeline_real_size_from_align_yaml(tmp_path):
-    """experiments/align.yaml as shipped (N=15, 1,000 pairs, 20k PPO steps), outputs in tmp."""
+    """experiments/configs/align.yaml as shipped (N=15, 1,000 pairs, 20k PPO steps), outputs
+    in tmp."""
     import json
 
     from cloudrl.alignment.cli import AlignConfig
     from cloudrl.alignment.pipeline import run_pipeline
     from cloudrl.config_loader import load_config
 
-    cfg = load_config(AlignConfig, Path(__file__).parents[1] / "experiments" / "align.yaml")
+    shipped = Path(__file__).parents[1] / "experiments" / "configs" / "align.yaml"
+    cfg = load_config(AlignConfig, shipped)
     raw = json.loads(json.dumps(cfg.model_dump(mode="json")).replace(
         '"results/align/', f'"{tmp_path}/'))
     raw["pipeline"]["tracking_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"

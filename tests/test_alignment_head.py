@@ -212,12 +212,12 @@ def test_the_sampler_keeps_the_t_post_step_states_of_either_segment_layout(obs_s
     np.testing.assert_array_equal(sampler.obs["servers"][..., 4, 2].numpy(), want)
 
 
-# -- the safety benchmark's teacher and verdict (experiments/bench_alignment_head.py) ----------
+# -- the safety benchmark's teacher and verdict (experiments/benchmarks/bench_alignment_head.py)
 
 
 def test_the_energy_teacher_lets_energy_decide_inside_the_overload_bound() -> None:
     from cloudrl.alignment.teacher import Teacher
-    from experiments.bench_alignment_head import teacher_config
+    from experiments.benchmarks.bench_alignment_head import teacher_config
 
     energy = teacher_config("energy", n_servers=15, segment=20, overload_bound=0.2)
     assert energy.overload.bound == pytest.approx(60.0)  # 20% of 15 * 20 server-steps
@@ -239,7 +239,7 @@ def test_the_energy_teacher_lets_energy_decide_inside_the_overload_bound() -> No
 
 
 def test_paired_differences_and_the_goal_verdict_by_hand() -> None:
-    from experiments.bench_alignment_head import goal_verdict, paired_differences
+    from experiments.benchmarks.bench_alignment_head import goal_verdict, paired_differences
 
     arm = {0: [{"x": 1.0}, {"x": 3.0}], 1: [{"x": 5.0}]}
     base = {0: [{"x": 0.0}, {"x": 1.0}], 1: [{"x": 2.0}], 2: [{"x": 9.0}]}
@@ -262,7 +262,7 @@ def test_matched_pairs_compare_two_policies_on_the_same_workload_and_start(
     from cloudrl.alignment.teacher import Teacher
     from cloudrl.data.pairs import read_pairs
     from cloudrl.data.segments import load_episode_data
-    from experiments.bench_alignment_head import (
+    from experiments.benchmarks.bench_alignment_head import (
         make_matched_pairs,
         record_demos,
         teacher_config,

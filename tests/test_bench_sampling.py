@@ -1,4 +1,4 @@
-"""experiments/bench_training.py --sampling: the same-run reference and its error path."""
+"""experiments/benchmarks/bench_training.py --sampling: the same-run reference, its errors."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.bench_training", "--sampling",
-                           *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "experiments.benchmarks.bench_training",
+                           "--sampling", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_unknown_reference_revision_is_one_line_and_exit_2():

@@ -42,7 +42,7 @@ def test_demo_trains_gated_dqn_in_whole_episodes_and_prints_the_headline(capture
     cfg = load_config(SweepConfig, None, overrides)  # the sweep accepts them as typed hparams
     assert cfg.interfaces() == ["branching"] and cfg.eval_seeds == 5
     assert captured["compared"] == "cloudrl-demo"
-    assert "cloudrl headline --config experiments/headline.yaml" in out.splitlines()[-1]
+    assert "cloudrl headline --config experiments/configs/headline.yaml" in out.splitlines()[-1]
 
 
 def test_demo_keeps_a_whole_budget_and_the_sweeps_exit_code(captured, capsys):

@@ -23,7 +23,7 @@ from cloudrl.headline.report import (
 )
 from cloudrl.metrics import EpisodeMetrics
 
-YAML = Path(__file__).resolve().parents[1] / "experiments" / "headline.yaml"
+YAML = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "headline.yaml"
 
 
 # ---------------------------------------------------------------- config

@@ -3,7 +3,7 @@
 The old forward passes and RLlib's stock optimizer path live on as
 ``cloudrl.algorithms.bdq.reference``; here both learners get the same weights and the
 same replay batch and must agree on loss, gradients and parameters after k updates. The
-benchmark ``experiments/bench_learner.py`` runs at a tiny size.
+benchmark ``experiments/benchmarks/bench_learner.py`` runs at a tiny size.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from envs.cluster_env import ClusterBranchingEnv
 from models.bdq import branch_feasibility, fused_heads
 from models.encoders import head, mlp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "benchmarks"))
 import bench_learner  # noqa: E402
 
 TINY = bench_learner.BenchConfig(n_servers=5, hidden=16, capacity=400)

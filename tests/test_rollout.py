@@ -1,10 +1,10 @@
-"""Rollout probe helpers (``cloudrl.algorithms.rollout``): independent env copies, resampled
-futures that keep the past, and preset scores that match playing the env."""
+"""The rollout over the gated env's presets (``cloudrl.algorithms.rollout``): independent env
+copies, resampled futures that keep the past, preset scores that match playing the env, and
+policy improvement over the base preset."""
 
 from __future__ import annotations
 
 import copy
-import json
 
 import numpy as np
 import pytest
@@ -159,50 +159,36 @@ def test_rollout_scores_reject_bad_arguments() -> None:
         choose(np.zeros((1, 6)), "median")
 
 
-# ---------------------------------------------------------------- experiments/probe_rollout.py
-TINY = ["--n-servers", "10", "--episode-length", "30", "--decision-every", "3"]
+# ---------------------------------------------------------------- one rollout episode
+
+
+def episode(env: GatedControllerEnv, seed: int, horizon: int | None) -> tuple[float, np.ndarray]:
+    """One episode's reward and preset counts: constant preset 0 (``horizon`` None) or the
+    clairvoyant rollout with ``horizon`` ticks of preset 0 after each block."""
+    env.reset(seed=seed)
+    total, done = 0.0, False
+    counts = np.zeros(env.n_choices, dtype=np.int64)
+    while not done:
+        choice = 0
+        if horizon is not None:
+            choice = choose(rollout_scores(env, horizon, "true", [np.random.default_rng(0)]))
+        _, reward, term, trunc, _ = env.step(choice)
+        total += reward
+        counts[choice] += 1
+        done = term or trunc
+    return total, counts
 
 
 def test_full_horizon_clairvoyant_rollout_never_loses_to_its_base_policy() -> None:
     """Policy improvement: with the true future and the base policy played to the episode
     end, the scores are the base policy's exact Q-values (deterministic simulator), so the
     rollout policy's episode reward is at least the base policy's on every seed."""
-    from experiments.probe_rollout import make_env, run_episode
-
-    env = make_env("poisson", 10, 3, None, episode_length=45)
+    env = GatedControllerEnv({"n_servers": 10, "workload": "poisson",
+                              "sim": {"episode_length": 45}, "controller": CONTROLLER_PATH,
+                              "decision_every": 3})
     for seed in (3,):
-        base = run_episode(env, seed, "base", 0, "true", 1)
-        roll = run_episode(env, seed, "rollout", 1000, "true", 1)
-        assert sum(roll["choices"]) == sum(base["choices"]) == 15
-        assert roll["choices"][0] < 15  # it deviated from preset 0 ...
-        assert roll["reward"] >= base["reward"] - 1e-9  # ... and never for the worse
-
-
-def test_probe_cli_writes_rows_and_merges_them(tmp_path, capsys) -> None:
-    from experiments.probe_rollout import main
-
-    out = tmp_path / "rows.json"
-    main([*TINY, "--futures", "resampled", "--seeds", "3", "--horizon", "6",
-          "--futures-count", "2", "--out", str(out)])
-    run = json.loads(out.read_text())
-    assert run["decision_every"] == 3 and [r["seed"] for r in run["rollout"]] == [3]
-    assert sum(run["rollout"][0]["choices"]) == 10
-    capsys.readouterr()
-    main(["--merge", str(out), str(out)])
-    text = capsys.readouterr().out
-    assert "futures=resampled, H=6, M=2, rule=mean, seeds=[3, 3]" in text
-    assert "energy_kwh" in text and "decision share of presets 0..5" in text
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--horizon", "-1"], "--horizon: must be >= 0, got -1"),
-    (["--futures-count", "0"], "--futures-count: must be >= 1, got 0"),
-    (["--merge", "/nonexistent/rows.json"], "--merge: cannot read /nonexistent/rows.json"),
-])
-def test_probe_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys) -> None:
-    from experiments.probe_rollout import main
-
-    with pytest.raises(SystemExit) as exc:
-        main([*TINY, *argv])
-    err = capsys.readouterr().err.strip()
-    assert exc.value.code == 2 and message in err and len(err.splitlines()) == 1
+        base, base_counts = episode(env, seed, None)
+        roll, roll_counts = episode(env, seed, 1000)
+        assert roll_counts.sum() == base_counts.sum() == 15
+        assert roll_counts[0] < 15  # it deviated from preset 0 ...
+        assert roll >= base - 1e-9  # ... and never for the worse

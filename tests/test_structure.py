@@ -241,6 +241,24 @@ def test_the_layer_check_finds_upward_sideways_and_unmapped_imports(tmp_path: Pa
     ]
 
 
+def test_experiments_are_split_by_role() -> None:
+    """``experiments/`` holds benchmarks, configs and analyses, each in its own package
+    (runnable as ``python -m experiments.<role>.<name>``), each script with a docstring."""
+    exp = ROOT / "experiments"
+    loose = sorted(p.name for p in exp.iterdir()
+                   if p.is_file() and p.name != "__init__.py")
+    assert loose == []
+    assert {p.name for p in exp.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "analyses", "benchmarks", "configs"}
+    for role in ("analyses", "benchmarks"):
+        assert (exp / role / "__init__.py").is_file()
+        for script in (exp / role).glob("*.py"):
+            assert ast.get_docstring(ast.parse(script.read_text())), script.name
+    assert sorted(p.suffix for p in (exp / "configs").iterdir()) == [".yaml"] * len(
+        list((exp / "configs").iterdir()))
+    assert not list(exp.rglob("probe_*.py"))  # retired: docs/results/retired-probes.md
+
+
 def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
     """The scanners themselves: a lazy import inside a method is found; a cycle through a
     ``TYPE_CHECKING`` import and a relative import is found."""

@@ -5,7 +5,7 @@ One train batch is two sample() calls of one runner at RLlib's rollout fragment 
 With remote env runners the driver waits up to 0.1 s for their samples instead of
 polling in a busy loop (RLlib's 0 s): on a small machine the loop took the CPU the
 runners sample with (APPO, 1 runner, 2 cores: 2-3.3x the env steps/s with the wait;
-``experiments/bench_appo.py``).
+``experiments/benchmarks/bench_appo.py``).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Bertsekas' rollout (one step of policy iteration) with a base policy: at a decision,
 try every preset ``p`` on a copy of the env (``p`` for this block, then the base preset 0
 for ``horizon`` more ticks), score each by the summed env reward, act with the best.
-``experiments/probe_rollout.py`` runs it (what a state-dependent preset choice could gain
-over the heuristic).
+What a state-dependent preset choice could gain over the heuristic, measured with it, is on
+the docs' retired-probes page (docs/results/retired-probes.md); the clairvoyant supervisor
+(``cloudrl.algorithms.hierarchical.ceiling``) reuses its choice rule.
 
 * :func:`clone_env` copies a :class:`envs.gated_env.GatedControllerEnv` (simulator,
   branching env, observation builder, controller state). It shares (does not copy) what

@@ -12,7 +12,7 @@
   behaviour cloning on Ray Train + Accelerate (:mod:`.bc`); ``--out`` holds an RLModule
   state that ``cloudrl train`` starts from with ``init_module_state``.
 
-Every command takes ``--config experiments/align.yaml`` (an :class:`AlignConfig`;
+Every command takes ``--config experiments/configs/align.yaml`` (an :class:`AlignConfig`;
 ``CLOUDRL__RECORD__EPISODES=8``-style variables and flags override it). Bad input is
 one line naming the field or file, exit code 2.
 """
@@ -74,7 +74,7 @@ def _default_env() -> EnvConfig:
 
 
 class AlignConfig(_Strict):
-    """The alignment pipeline's config (``experiments/align.yaml``); defaults run."""
+    """The alignment pipeline's config (``experiments/configs/align.yaml``); defaults run."""
 
     env: EnvConfig = Field(default_factory=_default_env)
     record: RecordConfig = Field(default_factory=RecordConfig)
@@ -212,7 +212,7 @@ def _positive(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="AlignConfig file, e.g. "
-                   "experiments/align.yaml (CLOUDRL__* env vars and flags override)")
+                   "experiments/configs/align.yaml (CLOUDRL__* env vars and flags override)")
     p.add_argument("--n-servers", type=_positive, help="fleet size (env.n_servers)")
     p.add_argument("--episode-length", type=_positive, help="ticks per episode")
 

@@ -38,7 +38,7 @@ REPLAY_BUFFER = "cloudrl.alignment.learned_reward.LearnedRewardPrioritizedEpisod
 
 
 class Phase3Config(BaseModel):
-    """The ``train`` section of ``experiments/align.yaml``: policy optimisation on the
+    """The ``train`` section of ``experiments/configs/align.yaml``: policy optimisation on the
     learned reward."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -1,6 +1,6 @@
 """The alignment pipeline: record -> pairs -> bc -> reward -> train, each phase an MLflow run.
 
-``cloudrl align reward|train|pipeline --config experiments/align.yaml`` (the
+``cloudrl align reward|train|pipeline --config experiments/configs/align.yaml`` (the
 ``record``, ``pairs`` and ``bc`` commands are in :mod:`cloudrl.alignment.cli`):
 
 * ``reward``: phase 2, :func:`cloudrl.alignment.reward_model.train_reward_model` on the

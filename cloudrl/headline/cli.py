@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     head = sub.add_parser("headline", help="the headline result: tune the heuristic, train, "
                                            "select on validation seeds, test vs the bound")
     head.add_argument("--config", metavar="YAML", help="HeadlineConfig file, e.g. "
-                                                       "experiments/headline.yaml")
+                                                       "experiments/configs/headline.yaml")
     head.add_argument("--reuse", action="store_true",
                       help="reuse the tuned heuristic JSON of an earlier run if present")
     head.add_argument("--tiny", action="store_true",

@@ -1,4 +1,4 @@
-"""The typed config of ``cloudrl headline`` (``experiments/headline.yaml``); defaults run.
+"""The typed config of ``cloudrl headline`` (``experiments/configs/headline.yaml``); defaults run.
 
 Every field has a default; an unknown or bad field is a one-line error naming it
 (``train.algo``, ``tune.num_samples``). :func:`tiny` shrinks a config to an end-to-end

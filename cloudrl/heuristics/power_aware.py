@@ -31,7 +31,7 @@ demands in largest-machine units, as in the observation):
   that received a job this tick are not idle; one sleep per tier per tick.
 * **Duration-aware placement** (``long_job_ticks`` > 0; off by default): jobs that run
   at least that many ticks are scored with ``long_tier_weight`` instead of
-  ``tier_weight`` (``experiments/analyse_headline_gap.py`` measures what it can reach).
+  ``tier_weight`` (``experiments/analyses/analyse_headline_gap.py`` measures what it can reach).
 * **Priority** (branching): level L-1, least slack first (``priority_level``).
 
 Flat: one action per tick, so it places when anything is placeable and

@@ -9,7 +9,7 @@
 * ``evaluate``: checkpoints and heuristics on the test seeds with normalised cost
   (:mod:`.evaluation`).
 
-Every command takes ``--config experiments/offline.yaml`` (an :class:`OfflineConfig`);
+Every command takes ``--config experiments/configs/offline.yaml`` (an :class:`OfflineConfig`);
 ``CLOUDRL__TRAIN__ITERATIONS=50``-style variables and flags override it. Bad input -
 a bad value, a malformed dataset file - is one line naming the field or file, exit 2.
 """
@@ -195,7 +195,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sub = off.add_subparsers(dest="offline_command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", metavar="YAML", help="e.g. experiments/offline.yaml")
+        p.add_argument("--config", metavar="YAML", help="e.g. experiments/configs/offline.yaml")
         p.add_argument("--n-servers", type=int, help="fleet size (default 15)")
         p.add_argument("--workload", choices=("poisson", "google_v2_like"),
                        help="workload kind (default poisson)")

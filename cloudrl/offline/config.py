@@ -1,6 +1,6 @@
 """``OfflineConfig``: typed settings of ``cloudrl offline record|train|evaluate``.
 
-Every field has a default that runs (``experiments/offline.yaml`` spells them out);
+Every field has a default that runs (``experiments/configs/offline.yaml`` spells them out);
 ``--config``, ``CLOUDRL__TRAIN__UPDATES=...``-style variables and flags override them.
 """
 
@@ -94,7 +94,7 @@ def _default_env() -> EnvConfig:
 
 
 class OfflineConfig(_Strict):
-    """The offline constrained agent's config (``experiments/offline.yaml``)."""
+    """The offline constrained agent's config (``experiments/configs/offline.yaml``)."""
 
     env: EnvConfig = Field(default_factory=_default_env)
     interface: Literal["flat", "branching"] = Field(

@@ -1,0 +1,1 @@
+"""Analyses whose results the docs report; run one as ``python -m experiments.analyses.NAME``."""

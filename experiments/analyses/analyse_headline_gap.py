@@ -22,7 +22,7 @@ power into a chain of relaxations, each a lower bound of the one before:
 
 Run::
 
-    python experiments/analyse_headline_gap.py --workload poisson --seeds 0 1 2 3 4
+    python experiments/analyses/analyse_headline_gap.py --workload poisson --seeds 0 1 2 3 4
 
 Measured (defaults = the tuned point, measured equal; N=50, branching, train seeds 0..4,
 1,000 ticks; kWh per episode, mean of the 5 seeds; load average 3-8, 46-54 s per workload):

@@ -1,7 +1,7 @@
 """Can any flat-interface policy meet the offline goal (>= 95% of test seeds within the
 violation budget)? The violation floor per test seed.
 
-For each workload: the budget B as ``experiments/bench_offline.py`` derives it (the best
+For each workload: the budget B as ``experiments/benchmarks/bench_offline.py`` derives it (the best
 behaviour's mean episode violations on the recorded train seeds, at least 0.5; here
 power_aware on train seeds 0..``--budget-seeds``-1, or ``--budget``), then, on the test
 seeds, :func:`cloudrl.violation_floor.episode_floor` (violations no policy with one
@@ -13,8 +13,8 @@ best share any flat policy can have.
 
 Run (about 15 s for both workloads at the defaults)::
 
-    .venv/bin/python experiments/analyse_offline_floor.py [--workloads poisson google_v2_like]
-        [--n-servers 50] [--episode-length 1000] [--n-seeds 50]
+    .venv/bin/python experiments/analyses/analyse_offline_floor.py \
+        [--workloads poisson google_v2_like] [--n-servers 50] [--episode-length 1000] [--n-seeds 50]
 
 Measured 2026-11-24 (N=50, 1,000 ticks, 50 test seeds):
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

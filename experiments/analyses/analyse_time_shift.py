@@ -11,7 +11,7 @@ clairvoyant bound that a policy serving its offered work inside the episode can 
 
 Run (a few seconds)::
 
-    .venv/bin/python experiments/analyse_time_shift.py [--n-seeds 50] [--n-servers 50]
+    .venv/bin/python experiments/analyses/analyse_time_shift.py [--n-seeds 50] [--n-servers 50]
 
 Measured 2026-11-24 (N=50, 1,000 ticks, 50 test seeds), mean kWh per episode:
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -13,7 +13,7 @@ SLA violation rate and energy, plus the reward model's held-out pair accuracy.
 
 Run (about 20 min on a loaded 2-core machine at the defaults)::
 
-    python experiments/bench_alignment.py --env-steps 16000 --labels 300 1000
+    python experiments/benchmarks/bench_alignment.py --env-steps 16000 --labels 300 1000
     # -> results/bench_alignment/results.json and table.md
 
 Results to expect (measured on the shared 2-core machine at the defaults: N=10, 200-tick

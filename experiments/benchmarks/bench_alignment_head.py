@@ -36,10 +36,11 @@ Everything goes to ``--out``/results.json; each run is kept in ``--out/<arm>_s<s
 (run.json, checkpoint, eval_<n>.json) and reused, so calls that share ``--out`` can train
 run seeds / arms side by side and a last call with all of them prints the tables::
 
-    .venv/bin/python -m experiments.bench_alignment_head --out OUT --prepare-only
-    .venv/bin/python -m experiments.bench_alignment_head --out OUT --run-seeds 0 --arms bdq
+    .venv/bin/python -m experiments.benchmarks.bench_alignment_head --out OUT --prepare-only
+    .venv/bin/python -m experiments.benchmarks.bench_alignment_head --out OUT --run-seeds 0 \
+        --arms bdq
     ...   (one call per run seed and arm, in parallel)
-    .venv/bin/python -m experiments.bench_alignment_head --out OUT --run-seeds 0 1
+    .venv/bin/python -m experiments.benchmarks.bench_alignment_head --out OUT --run-seeds 0 1
 
 Measured with the defaults (10,080 env steps per run; run seeds 0 and 1; 10 test seeds;
 1,000 pairs of 20 steps; weight 0.1, 8 pairs per update, trunk scale 1.0; four calls side

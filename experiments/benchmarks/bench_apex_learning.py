@@ -24,7 +24,7 @@ less wall time"):
 How to run (~15 min with the defaults: two ~2-3 min trainings, then ~16 evaluations of
 50 episodes)::
 
-    .venv/bin/python experiments/bench_apex_learning.py [--n-servers 15]
+    .venv/bin/python experiments/benchmarks/bench_apex_learning.py [--n-servers 15]
         [--env-steps 30000] [--runners 2] [--shards 2] [--replay-ratio 2.67]
         [--every 20] [--eval-seeds 50] [--out results/apex_learning]
 

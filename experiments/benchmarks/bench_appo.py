@@ -18,7 +18,7 @@ numbers compare, not sample efficiency or policy quality.
 
 How to run (starts its own 2-CPU Ray)::
 
-    .venv/bin/python -m experiments.bench_appo [--n-servers 15] [--env-steps 20000]
+    .venv/bin/python -m experiments.benchmarks.bench_appo [--n-servers 15] [--env-steps 20000]
         [--workload poisson] [--algos ppo appo impala] [--runners 0 1] [--spin-row]
 
 ``--spin-row`` adds APPO on remote runners with RLlib's own

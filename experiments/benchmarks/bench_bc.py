@@ -15,7 +15,8 @@ What it does (behaviour cloning's Ray Train scaling):
 
 Run::
 
-    .venv/bin/python -m experiments.bench_bc [--out results/bench_bc] [--interfaces flat,branching]
+    .venv/bin/python -m experiments.benchmarks.bench_bc [--out results/bench_bc] \
+        [--interfaces flat,branching]
 
 Measured (this shared 2-core machine, load average 10-25 from other engineers' jobs during
 the runs, so timings are noisy; CPU, gloo, 1 CPU per worker so Ray gives each worker one

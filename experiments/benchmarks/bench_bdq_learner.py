@@ -13,7 +13,7 @@ synthetic batches of realistic shapes for N=50 servers (macro 23, servers 50x15,
 * ``dqn update``: RLlib's stock ``DQNTorchLearner`` with ``MaskedDQNTorchRLModule``
   (double Q, dueling off) on the flat env's shapes.
 
-How: ``.venv/bin/python experiments/bench_bdq_learner.py [--batch 512] [--seconds 8]
+How: ``.venv/bin/python experiments/benchmarks/bench_bdq_learner.py [--batch 512] [--seconds 8]
 [--threads T]`` (CPU; ``--device cuda`` on a GPU machine).
 
 Results measured 2026-11-22 on 2 CPU cores shared with a running training sweep (load

@@ -15,7 +15,7 @@ CartPole step. Every row is the best of ``--repeats`` blocks (the machine is sha
 the best block is the least disturbed one), and ``os.getloadavg()`` is printed
 before and after.
 
-Run:  .venv/bin/python -m experiments.bench_env [--steps 20000] [--repeats 3]
+Run:  .venv/bin/python -m experiments.benchmarks.bench_env [--steps 20000] [--repeats 3]
 
 Targets: at N=50 a single-env step costs <= 5x a CartPole step; the batched
 env's cost per env step at B=32, N=50 is <= 1x a CartPole step.

@@ -11,7 +11,7 @@ clairvoyant lower bound (``cloudrl.lower_bound``) it closes.
 
 Run (one workload per process; ~20 min each on a loaded 2-core machine)::
 
-    python experiments/bench_headline_recipe.py --workload poisson --n-servers 50 \
+    python experiments/benchmarks/bench_headline_recipe.py --workload poisson --n-servers 50 \
         --env-steps 30000 --heuristic-params tuned_poisson.json
 
 ``--heuristic-params``: a JSON of PowerAwareConfig fields (``cloudrl tune-heuristic``'s

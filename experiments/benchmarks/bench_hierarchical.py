@@ -15,7 +15,7 @@ supervisor on 10 test seeds.
 
 Run (about 25 min of CPU at the defaults)::
 
-    .venv/bin/python experiments/bench_hierarchical.py [--n-servers 50] [--seeds 50] \\
+    .venv/bin/python experiments/benchmarks/bench_hierarchical.py [--n-servers 50] [--seeds 50] \\
         [--env-steps 20000] [--k 10] [--quick]
 
 Results (measured 2026-11-23 on the shared 2-core machine, load average 20-60 from
@@ -54,7 +54,7 @@ The REINFORCE gate as the source describes it is therefore no better here either
 Learned sub-agents (``--learned-subs DIR``, measured 2026-11-23 16:20-16:24 UTC, load
 average 0.8-1.5; N=15 and 15 test seeds, NOT the goal's N=50 / 50 seeds, for lack of
 CPU time): sub-agents lean / cautious = gated_dqn trained by
-``experiments/train_sub_agents.py`` (poisson 5,000 decisions each, google_v2_like 2,000),
+``experiments/benchmarks/train_sub_agents.py`` (poisson 5,000 decisions each, google_v2_like 2,000),
 branching interface, PPO supervisor 2,000 decisions, no REINFORCE row. Paired per-seed
 reward differences, PPO supervisor minus row (mean +- 95% t-CI, wins/ties of 15):
 
@@ -99,14 +99,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SUB_AGENTS = ["power_aware", "power_aware:spare_floor=6,lead_ticks=10,spare_frac=0.1", "sjf"]
 SUB_LABELS = ["power_aware", "pa_headroom", "sjf"]
 OTHER_HEURISTICS = ["round_robin", "ffd"]
-LEARNED_LABELS = ["lean", "cautious"]  # experiments/train_sub_agents.py's specialists
+LEARNED_LABELS = ["lean", "cautious"]  # experiments/benchmarks/train_sub_agents.py's specialists
 
 
 def run_policies(policies: dict, env_cfg: dict, seeds: list[int],
@@ -163,7 +163,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--learned-subs", type=Path, default=None, metavar="DIR",
                         help="learned sub-agents DIR/{lean,cautious}_<workload>_n<N> "
-                             "(experiments/train_sub_agents.py) on the branching interface")
+                             "(experiments/benchmarks/train_sub_agents.py) on the branching "
+                             "interface")
     parser.add_argument("--no-reinforce", action="store_true", help="skip the REINFORCE gate")
     args = parser.parse_args()
     if args.quick:

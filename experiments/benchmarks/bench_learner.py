@@ -25,7 +25,7 @@ Shares (a separate pass of ``--profile-updates`` updates, CUDA synchronised per 
 ``prio`` (priority update), ``other`` (RLlib's update overhead: batch wrapping, metrics,
 target-net sync check).
 
-How: ``.venv/bin/python experiments/bench_learner.py [--batches 512,4096] [--seconds 8]
+How: ``.venv/bin/python experiments/benchmarks/bench_learner.py [--batches 512,4096] [--seconds 8]
 [--rows bdq,bdq-reference,dqn] [--threads T] [--device cuda]``.
 
 Results. Before the learner speed work (2026-11-23 09:20 UTC, 2 shared cores under a load

@@ -18,7 +18,7 @@ then evaluates them with the heuristics (the best behaviour among them) on held-
 seeds: reward and violations (mean ± 95% t-CI), normalised cost (violations / budget) and
 the share of seeds within the budget with its 95% Wilson interval.
 
-Run: ``python -m experiments.bench_offline --workloads poisson google_v2_like``
+Run: ``python -m experiments.benchmarks.bench_offline --workloads poisson google_v2_like``
 (results in ``results/bench_offline_<workload>_n<N>.json``).
 
 At the goal's size (2026-11-23 23:32-23:49 UTC, ``--n-servers 50 --episode-length 1000

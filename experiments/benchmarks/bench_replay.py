@@ -14,9 +14,9 @@ intra-op threads: OpenMP spin-waiting on busy cores made 2 threads ~10x slower.
 
 Run::
 
-    .venv/bin/python experiments/bench_replay.py                 # CPU, 100k
-    .venv/bin/python experiments/bench_replay.py --device cuda   # skipped without CUDA
-    .venv/bin/python experiments/bench_replay.py --capacity 20000 --reps 5
+    .venv/bin/python experiments/benchmarks/bench_replay.py                 # CPU, 100k
+    .venv/bin/python experiments/benchmarks/bench_replay.py --device cuda   # skipped without CUDA
+    .venv/bin/python experiments/benchmarks/bench_replay.py --capacity 20000 --reps 5
 
 Measured on the 2-core dev box (CPU, torch 2.13, 1 torch thread, capacity
 100k, batch 512), while a training sweep kept both cores busy (load average

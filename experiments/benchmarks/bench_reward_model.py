@@ -24,7 +24,7 @@ What it does (the reward-model phase of alignment):
 
 Run (about 20 min on 2 cores; ``--labels 100,300 --val-pairs 200`` for a quick look)::
 
-    .venv/bin/python -m experiments.bench_reward_model [--out results/bench_reward_model]
+    .venv/bin/python -m experiments.benchmarks.bench_reward_model [--out results/bench_reward_model]
 
 Measured (default arguments, ``--skip-scaling``, one run on the shared 2-core machine at
 load average 25-60 from other engineers' jobs, so the wall times are slow and noisy).

@@ -52,7 +52,7 @@ What it does:
 
 How to run (starts its own Ray; ~10 minutes for 2 kinds x 3 runner counts)::
 
-    .venv/bin/python experiments/bench_scaling.py [--n-servers 15] [--runners 1 2 4]
+    .venv/bin/python experiments/benchmarks/bench_scaling.py [--n-servers 15] [--runners 1 2 4]
         [--warmup 15] [--window 45] [--num-cpus 8] [--max-replay-ratio X]
         [--fragment 16] [--kinds apex sync] [--model-only] [--rate R]
 

@@ -9,8 +9,9 @@ in-process rows time the service's own path without HTTP: observation from the r
 state plus the model forward, one state at a time and 32 at once.
 
 How to run:
-    python experiments/bench_serve.py                                  # power_aware, N=50
-    python experiments/bench_serve.py --checkpoint results/checkpoints/bdq_google_v2_like_n50_s0
+    python experiments/benchmarks/bench_serve.py                  # power_aware, N=50
+    python experiments/benchmarks/bench_serve.py \
+        --checkpoint results/checkpoints/bdq_google_v2_like_n50_s0
 
 Results to expect (BDQ at N=50, 2-core machine, no GPU, client threads on the same
 cores; full table in the README's "Decision service" section):

@@ -7,12 +7,12 @@ CartPole-v1 — and times ``algo.train()`` for a few iterations after one
 warm-up iteration. Prints env steps/s (sampling + learning) and the share of
 time spent sampling, and the ratio cluster/CartPole.
 
-Run:  .venv/bin/python -m experiments.bench_training [--iters 3] [--batch 2000] [--runners 0]
-      [--envs-per-runner 1]
+Run:  .venv/bin/python -m experiments.benchmarks.bench_training [--iters 3] [--batch 2000]
+      [--runners 0] [--envs-per-runner 1]
 (with --runners 0 sampling happens in the driver, so the sampling share is measured;
 with remote runners it reads 0).
 
-      .venv/bin/python -m experiments.bench_training --sampling [--envs-per-runner 32]
+      .venv/bin/python -m experiments.benchmarks.bench_training --sampling [--envs-per-runner 32]
 measures sampling alone: env steps/s of one RLlib env runner
 (``sample()`` of the config's runner class, exploring, in this process, torch threads 1 as an env
 runner actor with 1 CPU) over B envs at N=50, for masked PPO (flat) and BDQ (branching):
@@ -149,7 +149,7 @@ def _reference_tree(rev: str) -> str:
     import tempfile
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev],
                                  check=True, capture_output=True).stdout

@@ -1,7 +1,7 @@
 """Run a sweep from a YAML file, then compare it with the heuristics: one command, one table.
 
-What it does: reads a ``SweepConfig`` YAML (``experiments/sweep_small.yaml``,
-``experiments/sweep_headline.yaml``), runs the Ray Tune sweep (algorithms x
+What it does: reads a ``SweepConfig`` YAML (``experiments/configs/sweep_small.yaml``,
+``experiments/configs/sweep_headline.yaml``), runs the Ray Tune sweep (algorithms x
 run seeds x workloads; each trial trained on the 50 train seeds, one MLflow
 run per trial with metrics at step = env steps), evaluates every final
 checkpoint and the four heuristics on the held-out test seeds, then runs
@@ -11,7 +11,7 @@ checkpoint and the four heuristics on the held-out test seeds, then runs
 ``compare``).
 
 Run:
-    .venv/bin/python -m experiments.run_sweep experiments/sweep_small.yaml
+    .venv/bin/python -m experiments.benchmarks.run_sweep experiments/configs/sweep_small.yaml
     mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db     # browse the runs
 
 Results to expect (sweep_small.yaml, measured on a shared 2-core CPU machine:
@@ -46,7 +46,7 @@ from cloudrl.sweep import SweepConfig, run_sweep
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config", help="sweep YAML, e.g. experiments/sweep_small.yaml")
+    parser.add_argument("config", help="sweep YAML, e.g. experiments/configs/sweep_small.yaml")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///$PWD/"
                                                "mlflow.db or $MLFLOW_TRACKING_URI)")
     parser.add_argument("--out", default="results/compare", help="comparison output directory")

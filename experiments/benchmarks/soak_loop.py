@@ -40,8 +40,8 @@ kill window), infeasible actions served, acknowledged vs restored feedback rows,
 cycles (retrain decision, rollout exit code and reason, wall time) and the goal check.
 
 How to run:
-    python experiments/soak_loop.py --duration 180            # a 3-minute proof run
-    python experiments/soak_loop.py --duration 1800 --rate 250 # the goal's 30-minute soak
+    python experiments/benchmarks/soak_loop.py --duration 180   # a 3-minute proof run
+    python experiments/benchmarks/soak_loop.py --duration 1800 --rate 250   # the 30-minute soak
 
 Results to expect: see the README's "production loop" section (measured on the shared
 2-core machine; the retrain cycles compete with the traffic for the 2 cores).
@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "soak-token-" + os.urandom(8).hex()
 
 

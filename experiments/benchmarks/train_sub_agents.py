@@ -14,7 +14,8 @@ Their strengths differ by phase (lean pays at low load, cautious at bursts), so 
 supervisor switching between them can gain. The checkpoints go to
 ``<out>/<name>_<workload>_n<N>``; pass them to the supervisor::
 
-    python experiments/train_sub_agents.py --workload poisson --n-servers 15 --env-steps 6000
+    python experiments/benchmarks/train_sub_agents.py --workload poisson --n-servers 15 \
+        --env-steps 6000
     cloudrl train --algo hierarchical_branching --n-servers 15 --hparams '{"sub_agents":
       ["results/sub_agents/lean_poisson_n15", "results/sub_agents/cautious_poisson_n15"]}'
 """

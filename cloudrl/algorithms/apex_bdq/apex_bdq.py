@@ -170,7 +170,7 @@ class ApexBDQConfig(BDQConfig):
         # Ape-X keeps every actor busy: one sample request queued behind the running one.
         # Rollouts of 16 steps per env (128 with 8 envs) per remote call, not DQN's "auto"
         # (= n_step): per-call costs (report, metrics, the shard add) dominate short ones
-        # (1 runner, 2 cores: 778 vs 490 env steps/s, experiments/bench_scaling.py).
+        # (1 runner, 2 cores: 778 vs 490 env steps/s, experiments/benchmarks/bench_scaling.py).
         self.rollout_fragment_length = 16
         self.num_env_runners = 2
         self.max_requests_in_flight_per_env_runner = 2

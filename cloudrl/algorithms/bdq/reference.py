@@ -12,7 +12,7 @@ loss as ``BDQConfig``, computed the old way:
 * learner: RLlib's default single-tensor ``torch.optim.Adam`` and
   ``TorchLearner.apply_gradients`` (an ``isfinite`` check per gradient tensor).
 
-Used by ``experiments/bench_learner.py`` (old vs new in one run) and by
+Used by ``experiments/benchmarks/bench_learner.py`` (old vs new in one run) and by
 ``tests/test_learner_speed.py`` (same loss and gradients on fixed inputs). Not for
 training.
 """

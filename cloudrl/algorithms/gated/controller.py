@@ -41,7 +41,7 @@ DEFAULT_PRESETS: tuple[dict[str, float], ...] = (
     {"spare_floor": 1.0},
     {"hysteresis": NO_SLEEP},
 )
-# Placement presets (experiments/bench_headline_recipe.py, "Placement presets"): the job
+# Placement presets (experiments/benchmarks/bench_headline_recipe.py, "Placement presets"): the job
 # order and tier preference that were the per-seed best constants on train seeds.
 PLACEMENT_PRESETS: tuple[dict[str, float | int | str], ...] = (
     {},
