@@ -144,15 +144,13 @@ def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsy
     import cloudrl.cli as cli
     from cloudrl.metrics import METRICS
 
-    pareto = tmp_path / "pareto.png"
-    pareto.write_bytes(b"\x89PNG picture")
     rows = [{"policy": "power_aware [branching]", "kind": "heuristic", "runs": 1,
              **{f"{m}_{s}": 1.0 for m in METRICS for s in ("mean", "ci95")}}]
 
     def fake_compare(args):
         args.result = {"tables": {("poisson", 15): rows},
                        "titles": {("poisson", 15): "poisson, N=15, 50 test seeds"},
-                       "paths": [pareto]}
+                       "paths": []}
         return 0
 
     monkeypatch.setattr(cli, "_cmd_sweep", lambda args: 0)
@@ -164,5 +162,5 @@ def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsy
     assert page.startswith("# What the demo prints")
     assert "**poisson, N=15, 50 test seeds**" in page and "| power_aware [branching]" in page
     assert "Produced by `cloudrl demo` on " in page and "CPU cores" in page
-    assert png.read_bytes() == pareto.read_bytes()
+    assert png.read_bytes()[:4] == b"\x89PNG"  # drawn from the same tables as the page
     assert f"wrote {md}" in capsys.readouterr().out
