@@ -293,9 +293,13 @@ def _write_demo_report(args: argparse.Namespace, result: dict[str, Any], wall_s:
     report = DemoReport(title="What the demo prints", command=f"cloudrl demo{flags}",
                         sections=sections, notes=[LEARNED_NOTE], wall_s=wall_s,
                         machine=machine_line(load), date=today())
-    pareto = next((p for p in result["paths"] if Path(p).name == "pareto.png"), None)
-    for path in write_report(report, args.report_md or Path(args.report_img).with_suffix(".md"),
-                             pareto if args.report_img else None, args.report_img):
+    written = write_report(report, args.report_md) if args.report_md else []
+    if args.report_img:  # drawn from the same tables as the page, never a file on disk
+        from cloudrl.compare import pareto_plot
+
+        Path(args.report_img).parent.mkdir(parents=True, exist_ok=True)
+        written.append(pareto_plot(result["tables"], Path(args.report_img)))
+    for path in written:
         print(f"wrote {path}")
 
 
