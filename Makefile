@@ -79,7 +79,7 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) -m experiments.bench_env
+	$(PY) -m experiments.benchmarks.bench_env
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis

@@ -16,7 +16,9 @@ argparse parser, ``make`` targets must exist, scripts must exist and define ever
 
 from __future__ import annotations
 
+import argparse
 import ast
+import functools
 import importlib.util
 import re
 import shlex
@@ -138,10 +140,15 @@ def _script_flags(path: Path) -> str:
     return path.read_text()
 
 
-def check(cmd: Command) -> str | None:
-    """None when the command would run as written, else one line saying why not."""
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
     from cloudrl.cli import build_parser
 
+    return build_parser()
+
+
+def check(cmd: Command) -> str | None:
+    """None when the command would run as written, else one line saying why not."""
     try:
         words = _words(cmd.line)
     except ValueError as e:
@@ -160,7 +167,7 @@ def check(cmd: Command) -> str | None:
             ["python", "-m", "cloudrl"], [".venv/bin/python", "-m", "cloudrl"]):
         argv = words[1:] if "cloudrl" in head else words[3:]
         try:
-            build_parser().parse_args(argv)
+            _parser().parse_args(argv)
         except SystemExit as e:
             if e.code not in (0, None):
                 return f"{cmd.where}: `{cmd.line}` does not parse (exit {e.code})"
