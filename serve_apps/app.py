@@ -13,18 +13,25 @@ Endpoints (JSON):
 * ``GET /v1/metrics``: what this replica recorded into its Prometheus metrics
   (``serve_apps.metrics``; Ray exports the same on its metrics endpoint).
 * ``POST /v1/feedback`` (bearer token): ranked trajectory pairs into the SQLite store.
+* ``GET /v1/fleet``: the deployed fleet's layout (per-index tiers and capacities, queue and
+  priority limits) and a minimal valid request (``serve_apps.fleet_layout``).
 * ``GET /healthz``: liveness.
 
 Run it with ``serve run serve_apps/config.yaml``, ``cloudrl serve --checkpoint PATH`` or
 ``serve.run(build_app({...}))``. Bad input is answered 4xx naming the field (422 for
 validation, 413 for an oversized body, 401 without the token, 400 for a body that is not
-text) and nothing is stored. Every error body has one format:
+UTF-8 text or nests too deeply to parse, 405 for a method the path does not take) and
+nothing is stored. Every error body has one format:
 ``{"error": "<one line>", "errors": [{"field": ..., "message": ...}, ...]}``.
+The token is checked before the body is read (``serve_apps.http_guards``): without it, a
+protected endpoint answers 401 whatever the body. ``OPTIONS`` and 405 answers list every
+method a path takes in ``Allow``.
 
 The health check fails only for a broken stable version; a canary that fails its probe
 is dropped (``Rollout.drop_canary``), so a bad canary can never take replicas down. The
 OpenAPI schema (``/openapi.json``) carries the deployed fleet's rules: the exact server
-count, its tier names, the queue capacity, the priority levels and the batch size.
+count and the tier and capacity at each index, the queue capacity, the largest job, the
+priority levels and the batch size.
 """
 
 
@@ -42,10 +49,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.feedback import FeedbackStore
 from serve_apps.body_limit import BodyLimit
+from serve_apps.fleet_layout import fleet_layout, fleet_openapi
+from serve_apps.http_guards import AllowedMethods, BearerAuth
 from serve_apps.metrics import ServiceMetrics
 from serve_apps.rollout import Rollout, ShieldSettings, log
 from serve_apps.rollout_controller import RolloutController, sla_risk
-from serve_apps.runtime import PolicySpecError, ServedPolicy
+from serve_apps.runtime import PolicySpecError
 from serve_apps.schemas import (
     ClusterState,
     DecideBatchRequest,
@@ -60,7 +69,11 @@ from serve_apps.shield import Outcome, Shield
 from serve_apps.state import StateError
 
 api = FastAPI(title="cloudrl decision service", version="1")
-api.add_middleware(BodyLimit)
+api.add_middleware(BodyLimit)  # innermost: the body is read only once the token passed
+api.add_middleware(BearerAuth)
+api.add_middleware(AllowedMethods, routes_of=lambda: api.routes)
+PROTECTED = {"/v1/rollout": frozenset({"GET", "POST"}), "/v1/feedback": frozenset({"POST"})}
+DECIDE_PATHS = ("/v1/decide", "/v1/decide/batch")
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -93,10 +106,19 @@ _HTTP_FIELD = {400: "body", 401: "authorization", 404: "path", 405: "method"}
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     message = str(exc.detail)
     if exc.status_code == 400:
-        message = f"{message}: the body is not UTF-8 JSON text"
+        message = f"{message}: {_why_unparsable(exc.__cause__)}"
     return JSONResponse({"error": message, "errors": [{
         "field": _HTTP_FIELD.get(exc.status_code, "request"), "message": message}]},
         status_code=exc.status_code, headers=exc.headers)
+
+
+def _why_unparsable(cause: BaseException | None) -> str:
+    if isinstance(cause, RecursionError):
+        return ("the JSON body nests arrays/objects too deeply to parse (a request nests "
+                "at most 10 levels)")
+    if isinstance(cause, UnicodeError):
+        return "the body is not UTF-8 text"
+    return "the body is not UTF-8 JSON text"
 
 
 @api.exception_handler(StateError)
@@ -113,25 +135,6 @@ async def _spec_error(_: Request, exc: PolicySpecError) -> JSONResponse:
                         status_code=422)
 
 
-def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: int
-                  ) -> dict[str, Any]:
-    """``schema`` with the rules of ``policy``'s fleet that a client must follow."""
-    comps = schema.get("components", {}).get("schemas", {})
-    n, sim = policy.fleet.n_servers, policy.env_config.sim
-    for name in ("ClusterState", "DecideRequest"):
-        props = comps.get(name, {}).get("properties")
-        if props:
-            props["servers"].update(minItems=n, maxItems=n)
-            props["jobs"]["maxItems"] = sim.queue_capacity
-            props["priority_level"]["maximum"] = sim.priority_levels - 1
-    if "ServerState" in comps:
-        tiers = list(dict.fromkeys(policy.fleet.tier_names[t] for t in policy.fleet.tier))
-        comps["ServerState"]["properties"]["tier"]["enum"] = tiers
-    if "DecideBatchRequest" in comps:
-        comps["DecideBatchRequest"]["properties"]["states"]["maxItems"] = max_batch_size
-    return schema
-
-
 @serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
 @serve.ingress(api)
 class DecisionService:
@@ -142,6 +145,10 @@ class DecisionService:
         cfg = self.config
         BodyLimit.max_bytes = cfg.max_body_bytes
         self.token = cfg.token()
+        protected = dict(PROTECTED)
+        if cfg.decide_requires_token:
+            protected.update({path: frozenset({"POST"}) for path in DECIDE_PATHS})
+        BearerAuth.configure(self.token, protected)
         self.rollout = Rollout(
             cfg.policy, cfg.env, cfg.interface, db_path=cfg.state_db, seed=cfg.routing_seed,
             shield=ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s,
@@ -349,6 +356,13 @@ class DecisionService:
         if stored:
             self.metrics.feedback_rows.inc(len(stored))
         return {"stored": len(stored), "duplicates": duplicates, "ids": stored}
+
+    @api.get("/v1/fleet")
+    async def fleet(self) -> dict[str, Any]:
+        """The stable version's fleet: per-index tier and capacity, queue and priority
+        limits, batch size, and a minimal valid ``/v1/decide`` body (``example``)."""
+        self._sync()
+        return fleet_layout(self.rollout.stable.policy, self.config.max_batch_size)
 
     @api.get("/healthz")
     async def healthz(self) -> dict[str, str]:

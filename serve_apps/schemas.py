@@ -3,9 +3,11 @@
 The cluster state is given in the env's own terms, in operator units: per server its
 tier, power state and used CPU cores / memory GiB; per pending job its demand, estimated
 duration, deadline and age in ticks. Validation is strict: unknown fields, wrong types
-(``"2"`` or ``true`` for a number, ``5.0`` for an integer), NaN/inf, negative quantities and
+(``"2"`` or ``true`` for a number, ``5.5`` for an integer), NaN/inf, negative quantities and
 physically implausible values (the bounds below, shown in the OpenAPI schema) are
-rejected with the field named (the service answers 422). Checks that need the policy's
+rejected with the field named (the service answers 422). An integer may be written ``5``
+or ``5.0``: JSON Schema's ``integer`` (what the OpenAPI schema says, and what
+schema-driven clients send) is any number without a fractional part. Checks that need the policy's
 fleet (server count, tiers, capacities) happen in ``serve_apps.state``; the service
 writes them into its own OpenAPI schema too.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from envs.snapshot import MAX_JOBS, MAX_TICKS
 
@@ -26,6 +28,17 @@ MAX_ACTION = 2**31 - 1  # raw action components (indices)
 _TICKS = f"(0 to {MAX_TICKS:,})"
 
 
+def _integral(value: object) -> object:
+    """``5.0`` -> ``5`` (an integer in JSON Schema's sense); anything else is left for the
+    strict integer check (``5.5``, ``"5"``, ``true`` and NaN stay errors)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
@@ -35,13 +48,13 @@ class ServerState(_Strict):
 
     tier: str = Field(description="tier name of the policy's fleet at this index")
     power_state: Literal["active", "asleep", "waking"] = "active"
-    wake_left: int = Field(default=0, ge=0, le=MAX_TICKS,
+    wake_left: Int = Field(default=0, ge=0, le=MAX_TICKS,
                            description=f"ticks until a waking server is active {_TICKS}")
     used_cpu_cores: float = Field(default=0.0, ge=0, le=MAX_CORES,
                                   description="at most the tier's cores")
     used_mem_gib: float = Field(default=0.0, ge=0, le=MAX_GIB,
                                 description="at most the tier's memory")
-    n_running: int = Field(default=0, ge=0, le=MAX_JOBS, description="jobs running on the server")
+    n_running: Int = Field(default=0, ge=0, le=MAX_JOBS, description="jobs running on the server")
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerState:
@@ -61,18 +74,18 @@ class PendingJob(_Strict):
 
     cpu_cores: float = Field(gt=0, le=MAX_CORES, description="at most the largest server's")
     mem_gib: float = Field(ge=0, le=MAX_GIB, description="at most the largest server's")
-    duration: int = Field(ge=1, le=MAX_TICKS, description="estimated run time in ticks")
-    deadline: int = Field(ge=1, le=MAX_TICKS, description="ticks from now until the SLA "
+    duration: Int = Field(ge=1, le=MAX_TICKS, description="estimated run time in ticks")
+    deadline: Int = Field(ge=1, le=MAX_TICKS, description="ticks from now until the SLA "
                           "deadline")
-    age: int = Field(default=0, ge=0, le=MAX_TICKS, description="ticks since the job arrived")
+    age: Int = Field(default=0, ge=0, le=MAX_TICKS, description="ticks since the job arrived")
 
 
 class ClusterState(_Strict):
     """The cluster as the policy sees it at one tick."""
 
-    tick: int = Field(default=0, ge=0, le=MAX_TICKS,
+    tick: Int = Field(default=0, ge=0, le=MAX_TICKS,
                       description="ticks since the start of the horizon")
-    time_of_day_tick: int | None = Field(default=None, ge=0, le=MAX_TICKS,
+    time_of_day_tick: Int | None = Field(default=None, ge=0, le=MAX_TICKS,
                                          description="tick of the day (default: tick)")
     servers: list[ServerState] = Field(min_length=1, max_length=MAX_SERVERS,
                                        description="exactly the policy's fleet, in order")
@@ -82,7 +95,7 @@ class ClusterState(_Strict):
                                 description="recent arrivals per tick")
     violation_rate: float = Field(default=0.0, ge=0, le=MAX_RATE,
                                   description="recent SLA violations per tick")
-    priority_level: int = Field(default=0, ge=0, le=15, description="current queue-order level "
+    priority_level: Int = Field(default=0, ge=0, le=15, description="current queue-order level "
                                 "(below the policy's number of levels)")
 
 
@@ -138,10 +151,10 @@ class DecideBatchResponse(BaseModel):
 class AutoPlan(_Strict):
     """When the controller promotes a canary and what rolls it back."""
 
-    promote_after: int = Field(default=500, ge=1, le=100_000_000,
+    promote_after: Int = Field(default=500, ge=1, le=100_000_000,
                                description="canary decisions (while not paused) before "
                                            "promotion")
-    min_decisions: int = Field(default=50, ge=1, le=1_000_000,
+    min_decisions: Int = Field(default=50, ge=1, le=1_000_000,
                                description="canary decisions before rates, latency and SLA "
                                            "risk are judged")
     max_fallback_rate: float = Field(default=0.05, ge=0.0, le=1.0,
@@ -150,7 +163,8 @@ class AutoPlan(_Strict):
     max_intervention_rate: float = Field(default=0.02, ge=0.0, le=1.0,
                                          description="share of canary decisions where the "
                                                      "shield replaced the model's answer")
-    max_infeasible: int = Field(default=0, ge=0, description="infeasible actions tolerated "
+    max_infeasible: Int = Field(default=0, ge=0, le=1_000_000,
+                                description="infeasible actions tolerated "
                                 "from the canary (the next one rolls it back)")
     max_latency_p95_ms: float = Field(default=250.0, gt=0.0, le=600_000.0,
                                       description="server-side latency p95 of the canary")
@@ -195,8 +209,8 @@ class RolloutRequest(_Strict):
 
 class TrajectoryStep(_Strict):
     state: ClusterState
-    action: Annotated[int, Field(ge=0, le=MAX_ACTION)] | list[
-        Annotated[int, Field(ge=0, le=MAX_ACTION)]]
+    action: Annotated[Int, Field(ge=0, le=MAX_ACTION)] | list[
+        Annotated[Int, Field(ge=0, le=MAX_ACTION)]]
     reward: float | None = Field(default=None, ge=-1e12, le=1e12)
 
 

@@ -209,7 +209,7 @@ def test_bad_policy_spec_answers_422_naming_the_problem(service, tmp_path, case)
 
 # ------------------------------------------------------------------ item 5: strict types, format
 @pytest.mark.parametrize(("path", "value"), [
-    ("jobs.0.cpu_cores", "2"), ("jobs.0.cpu_cores", True), ("tick", "5"), ("tick", 5.0),
+    ("jobs.0.cpu_cores", "2"), ("jobs.0.cpu_cores", True), ("tick", "5"), ("tick", 5.5),
     ("servers.0.used_mem_gib", "0"), ("jobs.0.duration", False), ("arrival_rate", "1")])
 def test_wrong_types_are_refused(service, path, value):
     client, _ = service
