@@ -220,7 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                            "train-seed episodes; same scenario, seeds and MPC "
                                            "parameters only")
     ds.add_argument("--expert-seeds", type=int, default=20, help="train seeds the MPC plays")
-    ds.add_argument("--dagger-rounds", type=int, default=3)
-    ds.add_argument("--dagger-seeds", type=int, default=6, help="train seeds per DAgger round")
-    ds.add_argument("--val-seeds", type=int, default=5, help="validation seeds that pick the round")
+    ds.add_argument("--dagger-rounds", type=int, default=2)
+    ds.add_argument("--dagger-seeds", type=int, default=4, help="train seeds per DAgger round")
+    ds.add_argument("--val-seeds", type=int, default=4, help="validation seeds that pick the round")
     ds.set_defaults(func=_cmd_distill)

@@ -20,9 +20,9 @@ class DistillConfig:
     mpc_params: dict[str, Any] = field(default_factory=dict)  # MPCConfig fields
     hiddens: tuple[int, ...] = (128, 128)
     n_expert_seeds: int = 20
-    dagger_rounds: int = 3
-    dagger_seeds_per_round: int = 6
-    n_val_seeds: int = 5
+    dagger_rounds: int = 2
+    dagger_seeds_per_round: int = 4
+    n_val_seeds: int = 4
     bc_epochs: int = 60
     round_epochs: int = 30
     batch_size: int = 256
