@@ -167,7 +167,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     if mkdocs is None:
         pytest.skip("mkdocs is not installed (make test installs it)")
-    out = subprocess.run([mkdocs, "build", "--strict", "--quiet", "--site-dir",
+    out = subprocess.run([mkdocs, "build", "--strict", "--site-dir",  # --quiet hides warnings
                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -164,3 +164,12 @@ def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsy
     assert "Produced by `cloudrl demo` on " in page and "CPU cores" in page
     assert png.read_bytes()[:4] == b"\x89PNG"  # drawn from the same tables as the page
     assert f"wrote {md}" in capsys.readouterr().out
+
+
+def test_the_docs_build_is_strict_and_not_quiet() -> None:
+    """`mkdocs build --quiet` hides the warnings `--strict` would fail on (mkdocs 1.6)."""
+    recipe = (ROOT / "Makefile").read_text().split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    assert "mkdocs build --strict" in recipe and "--quiet" not in recipe and " -q" not in recipe
+    assert "mktemp -d" in recipe  # the site goes to a temporary directory
+    test = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n", 1)[0]
+    assert "docs" in test.split()
