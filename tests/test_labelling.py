@@ -236,6 +236,9 @@ def test_alpha_and_kappa_match_the_hand_computation():
     table = {("a", "a"): 1, ("a", "b"): 1, ("b", "b"): 2}
     assert quality.kappa_from_table(table) == pytest.approx(0.5)
     assert math.isnan(quality.krippendorff_alpha(np.array([[0.0, np.nan], [np.nan, 1.0]])))
+    # the same units as answer counts (what the report feeds the package)
+    counts = np.array([[2, 0, 0], [1, 1, 0], [0, 2, 0], [0, 2, 0]])
+    assert quality.alpha_from_counts(counts) == pytest.approx(1 - 0.25 / (30 / 56), abs=1e-9)
 
 
 def _label_all(conn, q, oid, answer_of):
@@ -262,6 +265,9 @@ def test_gold_accuracy_flags_an_operator_and_the_export_leaves_them_out(tmp_path
     assert 0.0 < rows["good1"]["agreement"] < 1.0
     assert report["flagged"] == ["bad"]
     assert report["krippendorff_alpha"] is not None and report["cohen_kappa_mean"] is not None
+    unflagged = [r for r in quality.answers(conn) if r[0] != ops["bad"]]
+    assert report["krippendorff_alpha"] == pytest.approx(
+        quality.krippendorff_alpha(quality.reliability_matrix(unflagged)[2]), abs=1e-4)
     res = export_labels(conn, tmp_path / "out", quality=quality.QualityConfig(min_gold_labels=3))
     assert res.flagged_operators == ["bad"]
     n_bad = conn.execute("SELECT COUNT(*) FROM labels WHERE operator_id = ?",

@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -64,6 +66,8 @@ class ServeConfig:
     max_body_bytes: int = 16_384
     max_note_chars: int = 2000
     token_cache_s: float = 10.0
+    stats_cache_s: float = 5.0
+    threads: int = 100
 
 
 class LabelIn(BaseModel):
@@ -191,8 +195,20 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     def reader():
         conn = getattr(local, "conn", None)
         if conn is None:
-            conn = local.conn = connect(cfg.db)
+            conn = local.conn = connect(cfg.db, schema=False)
         return conn
+
+    def cached(request: Request, admin: bool = False) -> Operator | None:
+        """The operator of a token seen in the last ``token_cache_s`` (no database)."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        hit = token_cache.get(hash_token(token.strip())) if scheme.lower() == "bearer" \
+            else None
+        if hit and hit[1] > time.monotonic() and (hit[0].is_admin or not admin):
+            return hit[0]
+        return None
+
+    async def authed(request: Request, admin: bool = False) -> Operator:
+        return cached(request, admin) or await run_in_threadpool(operator, request, admin)
 
     def operator(request: Request, admin: bool = False) -> Operator:
         header = request.headers.get("authorization", "")
@@ -212,8 +228,15 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             raise ApiError(403, "this call needs an admin token")
         return op
 
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # requests waiting for the write lock hold a worker thread each: room for them
+        # all, so a page load never waits behind labels
+        anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.threads
+        yield
+
     app = FastAPI(title="cloudrl labelling", docs_url=None, redoc_url=None,
-                  openapi_url="/api/openapi.json")
+                  openapi_url="/api/openapi.json", lifespan=lifespan)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -230,22 +253,22 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return JSONResponse({"detail": str(exc.detail)}, exc.status_code)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def page() -> HTMLResponse:
+    async def page() -> HTMLResponse:
         return HTMLResponse(ui.LABEL_HTML)
 
     @app.get("/admin", response_class=HTMLResponse, include_in_schema=False)
-    def admin_page() -> HTMLResponse:
+    async def admin_page() -> HTMLResponse:
         return HTMLResponse(ui.ADMIN_HTML)
 
     @app.get("/static/{name}", include_in_schema=False)
-    def static(name: str) -> Response:
+    async def static(name: str) -> Response:
         asset = ui.ASSETS.get(name)
         if asset is None:
             raise ApiError(404, f"static/{name}: no such file")
         return Response(asset[1], media_type=asset[0])
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:
         return {"ok": True}
 
     @app.get("/api/me")
@@ -273,7 +296,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
 
     @app.post("/api/labels")
     async def label(request: Request) -> Response:
-        op = await run_in_threadpool(operator, request)
+        op = await authed(request)
         body = await parsed(request, LabelIn)
         wait = bucket.take(op.id)
         if wait > 0:
@@ -292,12 +315,23 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return Response(f'{{"stored":{json.dumps(stored)},"task":{_task_json(task)}}}',
                         media_type="application/json")
 
+    stats_cache: dict[str, Any] = {"at": -1e9, "value": None}
+    stats_lock = threading.Lock()
+
     @app.get("/api/admin/stats")
     def stats(request: Request) -> dict[str, Any]:
+        """Queue, strata and quality; computed at most every ``stats_cache_s`` (one admin
+        refresh does not slow the operators down)."""
         operator(request, admin=True)
-        conn = reader()
-        return {"queue": queue_counts(conn), "strata": strata_counts(conn),
-                "quality": quality_report(conn, cfg.quality)}
+        with stats_lock:
+            if time.monotonic() - stats_cache["at"] >= cfg.stats_cache_s:
+                conn = reader()
+                stats_cache["value"] = {"queue": queue_counts(conn),
+                                        "strata": strata_counts(conn),
+                                        "quality": quality_report(conn, cfg.quality),
+                                        "computed_at": time.time()}
+                stats_cache["at"] = time.monotonic()
+            return stats_cache["value"]
 
     @app.get("/api/admin/votes")
     def votes(request: Request) -> dict[str, Any]:
@@ -311,7 +345,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
 
     @app.post("/api/admin/gold")
     async def gold(request: Request) -> dict[str, Any]:
-        await run_in_threadpool(operator, request, True)
+        await authed(request, True)
         body = await parsed(request, GoldIn)
 
         def store() -> None:

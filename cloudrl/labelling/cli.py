@@ -91,13 +91,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from cloudrl.labelling.app import ServeConfig, create_app
     from cloudrl.labelling.db import DatabaseError
-    from cloudrl.labelling.quality import QualityConfig
     from cloudrl.labelling.queue import QueueConfig
 
     cfg = ServeConfig(db=args.db, host=args.host, port=args.port,
                       queue=QueueConfig(gold_rate=args.gold_rate,
                                         assignment_timeout_s=args.timeout_s),
-                      quality=QualityConfig(min_gold_accuracy=args.min_gold_accuracy),
+                      quality=_quality(args),
                       rate_per_s=args.rate, rate_burst=args.burst)
     try:
         app = create_app(cfg)

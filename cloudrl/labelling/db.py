@@ -89,11 +89,14 @@ class DatabaseError(ValueError):
     """The labelling database cannot be opened or is not one; the message says which file."""
 
 
-def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
+def connect(path: str | Path, *, create: bool = True, schema: bool = True
+            ) -> sqlite3.Connection:
     """A connection in WAL mode with ``synchronous=FULL``, the schema in place.
 
-    ``create=False`` refuses a file that does not exist yet. Any failure (a directory, a
-    file that is not SQLite, no permission) is one :class:`DatabaseError` line.
+    ``create=False`` refuses a file that does not exist yet; ``schema=False`` skips the
+    schema statements (a reader of a store that another connection already set up).
+    Any failure (a directory, a file that is not SQLite, no permission) is one
+    :class:`DatabaseError` line.
     """
     p = Path(path)
     if p.is_dir():
@@ -111,9 +114,10 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(SCHEMA)
-        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                     (SCHEMA_VERSION,))
+        if schema:
+            conn.executescript(SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES "
+                         "('schema_version', ?)", (SCHEMA_VERSION,))
     except (sqlite3.DatabaseError, OSError) as exc:
         raise DatabaseError(f"labelling database {p}: cannot be opened: {exc}") from None
     return conn

@@ -80,6 +80,32 @@ def reliability_matrix(rows: list[tuple[int, int, str]]) -> tuple[list[int], lis
     return ops, pairs, m
 
 
+def value_counts(conn: sqlite3.Connection, excluded: set[int] = frozenset()) -> np.ndarray:
+    """Units (pairs) x answers (a, b, equal): how many operators gave each answer, for the
+    pairs with at least two answers; operators in ``excluded`` left out (counted in SQL)."""
+    counts: dict[int, np.ndarray] = {}
+    for pid, op, choice in conn.execute(
+            "SELECT pair_id, operator_id, choice FROM labels WHERE choice != 'skip' AND "
+            "pair_id IN (SELECT pair_id FROM labels WHERE choice != 'skip' GROUP BY pair_id "
+            "HAVING COUNT(*) >= 2)"):
+        if op not in excluded:
+            counts.setdefault(pid, np.zeros(len(CODES)))[int(CODES[choice])] += 1
+    rows = [c for c in counts.values() if c.sum() >= 2]
+    return np.array(rows) if rows else np.zeros((0, len(CODES)))
+
+
+def alpha_from_counts(counts: np.ndarray) -> float:
+    """Nominal alpha from a units x values count matrix (NaN when it is undefined)."""
+    import krippendorff
+
+    if counts.shape[0] == 0 or np.count_nonzero(counts.sum(0)) < 2:
+        return math.nan
+    try:
+        return float(krippendorff.alpha(value_counts=counts, level_of_measurement="nominal"))
+    except (ValueError, ZeroDivisionError):
+        return math.nan
+
+
 def krippendorff_alpha(matrix: np.ndarray) -> float:
     """Nominal alpha of a raters x units matrix (NaN when it is undefined)."""
     import krippendorff
@@ -149,8 +175,7 @@ def quality_report(conn: sqlite3.Connection, cfg: QualityConfig | None = None, *
     cfg = cfg or QualityConfig()
     ops = operator_table(conn, cfg)
     flagged = {r["id"] for r in ops if r["flagged"]}
-    rows = [r for r in answers(conn) if include_flagged or r[0] not in flagged]
-    _, _, matrix = reliability_matrix(rows)
+    counts = value_counts(conn, set() if include_flagged else flagged)
     names = {r["id"]: r["operator"] for r in ops}
     tables: dict[tuple[int, int], dict[tuple[str, str], int]] = {}
     for o1, o2, c1, c2, n in conn.execute(
@@ -168,8 +193,8 @@ def quality_report(conn: sqlite3.Connection, cfg: QualityConfig | None = None, *
                        "kappa": _num(kappa_from_table(table))})
     finite = [k["kappa"] for k in kappas if k["kappa"] is not None]
     return {"operators": ops, "flagged": sorted(names[i] for i in flagged),
-            "krippendorff_alpha": _num(krippendorff_alpha(matrix)) if matrix.size else None,
+            "krippendorff_alpha": _num(alpha_from_counts(counts)),
             "cohen_kappa_mean": _num(float(np.mean(finite))) if finite else None,
-            "cohen_kappa_pairs": kappas, "answers": len(rows),
+            "cohen_kappa_pairs": kappas, "pairs_with_two_answers": int(counts.shape[0]),
             "thresholds": {"min_gold_accuracy": cfg.min_gold_accuracy,
                            "min_gold_labels": cfg.min_gold_labels}}
