@@ -246,14 +246,16 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def test_acknowledged_labels_survive_kill_9(tmp_path):
+@pytest.mark.parametrize("sync", ["normal", "full"])
+def test_acknowledged_labels_survive_kill_9(tmp_path, sync):
     path = tmp_path / "labels.db"
     toks = seed_db(path, n_pairs=30, k=2)
     port = free_port(18160, 18199)
     proc = subprocess.Popen([sys.executable, "-m", "cloudrl.labelling", "serve", "--db",
                              str(path), "--port", str(port), "--gold-rate", "0", "--rate",
-                             "100", "--burst", "100"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+                             "100", "--burst", "100", "--sync", sync], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60

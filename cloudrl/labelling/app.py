@@ -67,6 +67,7 @@ class ServeConfig:
     max_note_chars: int = 2000
     token_cache_s: float = 10.0
     stats_cache_s: float = 5.0
+    sync: str = "normal"
     threads: int = 100
 
 
@@ -186,7 +187,7 @@ SECURITY_HEADERS = {
 
 def create_app(cfg: ServeConfig) -> FastAPI:
     """The app on ``cfg.db`` (opened now: a bad path raises DatabaseError here)."""
-    write_conn = connect(cfg.db)
+    write_conn = connect(cfg.db, sync=cfg.sync)
     queue = TaskQueue(write_conn, cfg.queue)
     local = threading.local()
     bucket = TokenBucket(cfg.rate_per_s, cfg.rate_burst)
@@ -315,23 +316,37 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return Response(f'{{"stored":{json.dumps(stored)},"task":{_task_json(task)}}}',
                         media_type="application/json")
 
-    stats_cache: dict[str, Any] = {"at": -1e9, "value": None}
+    stats_cache: dict[str, Any] = {"at": -1e9, "value": None, "busy": False}
     stats_lock = threading.Lock()
+
+    def compute_stats() -> None:
+        conn = connect(cfg.db, schema=False)
+        try:
+            value = {"queue": queue_counts(conn), "strata": strata_counts(conn),
+                     "quality": quality_report(conn, cfg.quality), "computed_at": time.time()}
+        finally:
+            conn.close()
+        with stats_lock:
+            stats_cache.update(value=value, at=time.monotonic(), busy=False)
 
     @app.get("/api/admin/stats")
     def stats(request: Request) -> dict[str, Any]:
-        """Queue, strata and quality; computed at most every ``stats_cache_s`` (one admin
-        refresh does not slow the operators down)."""
+        """Queue, strata and quality, at most ``stats_cache_s`` old: a stale answer is
+        returned at once while a fresh one is computed in the background (the first one
+        is computed in the request)."""
         operator(request, admin=True)
         with stats_lock:
-            if time.monotonic() - stats_cache["at"] >= cfg.stats_cache_s:
-                conn = reader()
-                stats_cache["value"] = {"queue": queue_counts(conn),
-                                        "strata": strata_counts(conn),
-                                        "quality": quality_report(conn, cfg.quality),
-                                        "computed_at": time.time()}
-                stats_cache["at"] = time.monotonic()
+            value, stale = stats_cache["value"], (time.monotonic() - stats_cache["at"]
+                                                   >= cfg.stats_cache_s)
+            start = stale and not stats_cache["busy"] and value is not None
+            if start:
+                stats_cache["busy"] = True
+        if value is None:
+            compute_stats()
             return stats_cache["value"]
+        if start:
+            threading.Thread(target=compute_stats, daemon=True).start()
+        return value
 
     @app.get("/api/admin/votes")
     def votes(request: Request) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                       queue=QueueConfig(gold_rate=args.gold_rate,
                                         assignment_timeout_s=args.timeout_s),
                       quality=_quality(args),
-                      rate_per_s=args.rate, rate_burst=args.burst)
+                      rate_per_s=args.rate, rate_burst=args.burst, sync=args.sync)
     try:
         app = create_app(cfg)
     except DatabaseError as e:
@@ -348,6 +348,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sv.add_argument("--rate", type=float, default=2.0, help="labels per second per operator "
                     "(token bucket refill, default 2)")
     sv.add_argument("--burst", type=_positive, default=10, help="token bucket size (10)")
+    sv.add_argument("--sync", choices=("full", "normal"), default="normal",
+                    help="normal (default): an acknowledged label is in the write-ahead log "
+                    "and survives a killed server, synced to disk at checkpoints; full: "
+                    "synced at every label (survives a power cut too, slower)")
     sv.add_argument("--log-level", default="warning", choices=("critical", "error", "warning",
                                                                "info", "debug"))
     _with_quality(sv)

@@ -1,8 +1,11 @@
 """The labelling store: one SQLite file in WAL mode, its schema, and how it is opened.
 
-Every write is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL``: once a
-label is acknowledged its transaction is in the write-ahead log on disk, so a ``kill -9``
-of the server (or a power cut) does not lose it. Readers never block the writer.
+Every write is one ``BEGIN IMMEDIATE`` transaction: once a label is acknowledged its
+transaction is in the write-ahead log, so a ``kill -9`` of the server does not lose it.
+The service runs ``synchronous=NORMAL`` by default (the log reaches the disk at
+checkpoints: a power cut may lose the last labels, never consistency) and ``FULL`` on
+request (every commit synced: also power-cut safe, a few ms more per label). Readers
+never block the writer.
 
 Tables: ``meta`` (settings), ``operators`` (name, sha256 of the token, admin flag),
 ``segments`` (what a segment shows, as JSON, and its observations, as a compressed
@@ -89,12 +92,18 @@ class DatabaseError(ValueError):
     """The labelling database cannot be opened or is not one; the message says which file."""
 
 
-def connect(path: str | Path, *, create: bool = True, schema: bool = True
-            ) -> sqlite3.Connection:
-    """A connection in WAL mode with ``synchronous=FULL``, the schema in place.
+SYNC_MODES = ("full", "normal")
+
+
+def connect(path: str | Path, *, create: bool = True, schema: bool = True,
+            sync: str = "full") -> sqlite3.Connection:
+    """A connection in WAL mode (``synchronous`` = ``sync``), the schema in place.
 
     ``create=False`` refuses a file that does not exist yet; ``schema=False`` skips the
     schema statements (a reader of a store that another connection already set up).
+    ``sync="normal"`` syncs the log to disk at checkpoints only: a committed label still
+    survives a killed server (it is in the operating system's file cache), but not a
+    power cut or kernel crash; ``"full"`` (default) syncs every commit.
     Any failure (a directory, a file that is not SQLite, no permission) is one
     :class:`DatabaseError` line.
     """
@@ -111,7 +120,9 @@ def connect(path: str | Path, *, create: bool = True, schema: bool = True
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal")
-        conn.execute("PRAGMA synchronous=FULL")
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
+        conn.execute(f"PRAGMA synchronous={sync.upper()}")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
         if schema:

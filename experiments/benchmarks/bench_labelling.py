@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, help="default: a free port in 18180..18189")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", help="keep the database at this path")
+    p.add_argument("--sync", choices=("full", "normal"), default="normal",
+                   help="the server's --sync (default normal; full: every label synced to "
+                        "disk)")
     args = p.parse_args(argv)
 
     tmp = tempfile.mkdtemp(prefix="bench-labelling-")
@@ -220,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     port = args.port or free_port(18180, 18190)
     server = subprocess.Popen(
         [sys.executable, "-m", "cloudrl.labelling", "serve", "--db", str(path), "--port",
-         str(port), "--gold-rate", str(args.gold_rate)], cwd=REPO,
+         str(port), "--gold-rate", str(args.gold_rate), "--sync", args.sync], cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -246,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     stored = {r[0] for r in conn.execute("SELECT id FROM labels")}
     missing = len(set(stats.acked) - stored)
     print(f"\n{args.operators} operators, {wall:.0f} s, think {args.think} s, k {args.k}, "
-          f"gold rate {args.gold_rate}, {os.cpu_count()} cores, load average before "
-          f"{load[0]:.2f}")
+          f"gold rate {args.gold_rate}, sync {args.sync}, {os.cpu_count()} cores, load "
+          f"average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(table(stats, wall))
     print(f"\nlabels acknowledged {len(stats.acked)}, stored {len(stored)}, "
           f"acknowledged but missing {missing}")
