@@ -303,6 +303,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -343,10 +353,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_port, default=18100, help="default 18100")
     sv.add_argument("--gold-rate", type=_fraction, default=0.1,
                     help="share of each operator's tasks that are gold pairs (default 0.1)")
-    sv.add_argument("--timeout-s", type=float, default=600.0,
+    sv.add_argument("--timeout-s", type=_positive_float, default=600.0,
                     help="an unanswered assignment returns to the queue after this (600)")
-    sv.add_argument("--rate", type=float, default=2.0, help="labels per second per operator "
-                    "(token bucket refill, default 2)")
+    sv.add_argument("--rate", type=_positive_float, default=2.0,
+                    help="labels per second per operator (token bucket refill, default 2)")
     sv.add_argument("--burst", type=_positive, default=10, help="token bucket size (10)")
     sv.add_argument("--sync", choices=("full", "normal"), default="normal",
                     help="normal (default): an acknowledged label is in the write-ahead log "
@@ -437,7 +447,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     _with_db(dr)
     _with_quality(dr)
     dr.add_argument("--reward-model", required=True, help="reward model directory")
-    dr.add_argument("--recent-fraction", type=float, default=0.3,
+    dr.add_argument("--recent-fraction", type=_fraction, default=0.3,
                     help="newest share of labelled pairs counted as recent (0.3)")
     dr.set_defaults(func=_cmd_drift)
     return label
@@ -446,8 +456,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``python -m cloudrl.labelling ...``: the ``label`` commands alone (quick to start;
     ``cloudrl label ...`` is the same). Bad input: one line on stderr, exit code 2."""
-    parser = argparse.ArgumentParser(prog="python -m cloudrl.labelling",
-                                     description="cloudrl label: the labelling app")
+    parser = argparse.ArgumentParser(prog="cloudrl", description="cloudrl label: the "
+                                     "labelling app (python -m cloudrl.labelling ...)")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     args = parser.parse_args(["label", *(sys.argv[1:] if argv is None else argv)])
