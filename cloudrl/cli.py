@@ -444,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write the printed tables as a markdown page, with the "
                            "command, duration and machine (e.g. docs/results/demo.md)")
     demo.add_argument("--report-img", metavar="FILE",
-                      help="also copy the energy-vs-violations picture there "
+                      help="also draw the energy-vs-violations picture of the same tables there "
                            "(e.g. docs/img/demo.png)")
     demo.set_defaults(func=_cmd_demo)
 
