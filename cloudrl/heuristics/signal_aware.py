@@ -69,6 +69,7 @@ class SignalAwareDeferral:
 
     def reset(self, sim: ScenarioSim) -> None:
         cfg = sim.cfg
+        self._ticks_per_hour = cfg.ticks_per_hour
         self._cp = cfg.cost.carbon_usd_per_tonne
         self._export = float(cfg.signals.export_price_usd_per_mwh or 0.0)
         self._kw_per_core = cfg.cost.pue * float((sim.p_idle + sim.p_span).sum()
@@ -82,9 +83,12 @@ class SignalAwareDeferral:
         return np.where(solar_kw >= load_cores * self._kw_per_core, self._export, grid)
 
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
-        v = plan_view(sim)
+        return self.decide_view(plan_view(sim))
+
+    def decide_view(self, v: PlanView) -> tuple[float, float]:
+        """The controls from what an online controller sees (also the service's path)."""
         cfg = self.config
-        h = max(1, min(int(round(cfg.window_hours * sim.cfg.ticks_per_hour)), len(v.price_fc)))
+        h = max(1, min(int(round(cfg.window_hours * self._ticks_per_hour)), len(v.price_fc)))
         load_now = float(v.running[:, 0].sum() + sum(v.queued)) if v.running.shape[1] else 0.0
         now = self.marginal(np.array([v.price_now]), np.array([v.carbon_now]),
                             np.array([v.solar_now_kw]), np.array([load_now]))[0]
@@ -93,7 +97,7 @@ class SignalAwareDeferral:
         cheap = now <= np.quantile(np.concatenate([[now], ahead]), cfg.quantile)
         release = 0.0
         if cheap:
-            g = max(1, int(round(cfg.guard_hours * sim.cfg.ticks_per_hour)))
+            g = max(1, int(round(cfg.guard_hours * self._ticks_per_hour)))
             lc_now = float(v.running[0, 0] + v.queued[0]) if v.running.shape[1] else 0.0
             growth = max(float(v.load_fc[0, :g].max(initial=0.0)) - lc_now, 0.0) \
                 if cfg.guard_hours > 0 else 0.0

@@ -55,7 +55,7 @@ class ForecastMPC:
 
     def reset(self, sim: ScenarioSim) -> None:
         self.solve_times = []
-        cfg = sim.cfg
+        cfg = self._cfg = sim.cfg
         self._wpc = watts_per_busy_core(sim.cores, sim.p_idle + sim.p_span)
         self._k = cfg.cost.pue * self._wpc * cfg.tick_seconds / 3600.0 / 1000.0
         b = cfg.classes[BATCH]
@@ -65,13 +65,16 @@ class ForecastMPC:
             max(b.cores_mean * dur, 1e-9)
 
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
-        view = plan_view(sim)
-        plan_batch = self._plan(sim, view)
+        return self.decide_view(plan_view(sim))
+
+    def decide_view(self, view: PlanView) -> tuple[float, float]:
+        """The controls from what an online controller sees (also the service's path)."""
+        plan_batch = self._plan(view)
         return controls_for(view, plan_batch, self.config.ready_hedge, view.load_fc)
 
-    def _plan(self, sim: ScenarioSim, v: PlanView) -> float:
+    def _plan(self, v: PlanView) -> float:
         """Batch busy cores the plan wants in the coming period."""
-        cfg, d = sim.cfg, v.decision_ticks
+        cfg, d = self._cfg, v.decision_ticks
         hours = self.config.horizon_hours
         h = len(v.price_fc) if hours is None else int(round(hours * cfg.ticks_per_hour))
         h = max(d, min(h, v.ticks_left))
