@@ -157,12 +157,15 @@ def test_one_iteration_samples_feasibly_and_learns(algo: str, runners: int) -> N
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_cli_train_appo_then_evaluate_checkpoint(tmp_path, capsys) -> None:
+def test_cli_train_appo_then_evaluate_checkpoint(tmp_path, capsys, monkeypatch) -> None:
+    # --eval-seeds writes its table under results/ of the current directory: the tmp dir
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "appo"
     code = main(["train", "--algo", "appo", "--n-servers", "5", "--episode-length", "50",
                  "--env-steps", str(BATCH), "--hparams", json.dumps(TINY_HP),
                  "--out", str(out), "--eval-seeds", "2"])
     assert code == 0 and is_checkpoint(out)
+    assert len(list((tmp_path / "results").glob("eval_appo_*.json"))) == 1
     meta = read_meta(out)
     assert (meta["algo"], meta["interface"]) == ("appo", "flat")
     text = capsys.readouterr().out

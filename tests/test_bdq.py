@@ -408,7 +408,7 @@ def test_bdq_trains_one_iteration_on_the_branching_cluster_env(
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_cli_train_bdq_then_evaluate_on_the_branching_interface(tmp_path, capsys):
+def test_cli_train_bdq_then_evaluate_on_the_branching_interface(tmp_path, capsys, monkeypatch):
     import json
 
     from cloudrl.checkpoint_policy import CheckpointPolicy
@@ -419,11 +419,13 @@ def test_cli_train_bdq_then_evaluate_on_the_branching_interface(tmp_path, capsys
     hp = {"train_batch_size_per_learner": 16, "n_step": 1,
           "num_steps_sampled_before_learning_starts": 16, "target_network_update_freq": 16}
     out = tmp_path / "bdq"
+    monkeypatch.chdir(tmp_path)  # --eval-seeds writes its table under results/ of the cwd
     assert main(["train", "--algo", "bdq", "--n-servers", "4", "--episode-length", "30",
                  "--env-steps", "64", "--hparams", json.dumps(hp), "--out", str(out),
                  "--eval-seeds", "2"]) == 0
     text = capsys.readouterr().out
     assert "interface branching" in text and "bdq:bdq" in text and "power_aware" in text
+    assert len(list((tmp_path / "results").glob("eval_bdq_*.csv"))) == 1
     policy = CheckpointPolicy(out)
     assert policy.interface == "branching"
     env = ClusterBranchingEnv(policy.env_config)

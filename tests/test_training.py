@@ -45,13 +45,17 @@ def test_flat_metrics_drops_episode_metrics_of_an_iteration_without_episode_ends
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
+def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys, monkeypatch):
+    # --eval-seeds writes its table under results/ of the current directory: the tmp dir
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "ppo"
     code = main(["train", "--algo", "ppo", "--n-servers", "5", "--episode-length", "50",
                  "--env-steps", "64", "--hparams", json.dumps(TINY_PPO), "--out", str(out),
                  "--eval-seeds", "2"])
     assert code == 0
     assert is_checkpoint(out)
+    assert [p.suffix for p in sorted((tmp_path / "results").glob("eval_ppo_*"))] == [
+        ".csv", ".json"]
     meta = read_meta(out)
     assert meta["algo"] == "ppo" and meta["interface"] == "flat"
     assert meta["env"]["sim"]["fleet"]["n_servers"] == 5
@@ -123,7 +127,9 @@ def test_oversized_actor_request_fails_fast_naming_the_knobs():
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_cli_train_apex_bdq_then_evaluate(tmp_path, capsys):
+def test_cli_train_apex_bdq_then_evaluate(tmp_path, capsys, monkeypatch):
+    # --eval-seeds writes its table under results/ of the current directory: the tmp dir
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "apex"
     hparams = {"train_batch_size_per_learner": 16, "num_steps_sampled_before_learning_starts": 100,
                "num_cpus_per_replay_shard": 0}

@@ -32,7 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 TOKEN_ENV = "CLOUDRL_SERVE_TOKEN"
 PROMOTED, ROLLED_BACK, BAD_INPUT, NO_DECISION = 0, 1, 2, 3
@@ -110,8 +110,11 @@ def resolve_spec(spec: str, tracking_uri: str | None) -> tuple[str, tuple[str, i
 
 
 def wait_for_decision(service: Service, version: str, after_id: int, timeout_s: float,
-                      poll_s: float, out=sys.stdout) -> dict[str, Any]:
-    """Print the canary's transitions; return the one that settled it (promoted/rolled back)."""
+                      poll_s: float, out: TextIO | None = None) -> dict[str, Any]:
+    """Print the canary's transitions to ``out`` (default: ``sys.stdout`` at call time, not
+    at import time, so a stream swapped since, e.g. a closed capture, is never used); return
+    the one that settled it (promoted/rolled back)."""
+    out = out if out is not None else sys.stdout
     deadline = time.monotonic() + timeout_s
     while True:
         status = service.call("GET", f"/v1/rollout?after_id={after_id}&limit=1000")
