@@ -122,8 +122,9 @@ class SimConfig(_Strict):
                                  description="queue-order levels of the branching interface")
     warm_start: bool = Field(default=True,
                              description="start episodes with jobs already running (steady state)")
-    diurnal_period: int = Field(default=1440, ge=1, le=MAX_TICKS,
-                                description="ticks per simulated day")
+    diurnal_period: int = Field(default=1440, ge=1, le=1_000_000,
+                                description="ticks per simulated day (the observation keeps "
+                                            "a sin/cos table of one day)")
     limits: WorkLimits = Field(default_factory=WorkLimits,
                                description="work-size guards of one episode")
 

@@ -217,10 +217,12 @@ def test_a_state_off_the_published_layout_is_refused_naming_the_index(client):
 
 
 # ------------------------------------------------------------ schema-driven fuzzing
-# Measured on this fleet: 300 of 300 generated /v1/decide bodies accepted (100%) in ~25 s
-# on 2 shared cores; before the per-index layout was in the schema almost none were (a
-# random tier per index matches the fleet with probability (1/3)**12). The floor below
-# leaves room for generator changes while still proving the fuzzer reaches the decisions.
+# Measured on this 12-server fleet: 100 of 100 generated /v1/decide bodies accepted (100%;
+# 116 of 120 in an earlier run), 10 s on an idle 2-core machine, ~27 s on a loaded one.
+# While integers written 5.0 (JSON Schema's integer, which generators use) were refused,
+# 12 of 120 were (10%), every rejection naming a field the schema allowed. The floor (at
+# least half accepted, no 5xx) leaves room for generator changes while proving the fuzzer
+# reaches the decision logic; the bound on run time is the example count.
 FUZZ_EXAMPLES = 100
 MIN_ACCEPTED_SHARE = 0.5
 
@@ -253,7 +255,6 @@ def test_schemathesis_reaches_the_decision_logic(client):
     print(f"schemathesis /v1/decide: {accepted}/{total} accepted in {elapsed:.1f} s")
     assert accepted / total >= MIN_ACCEPTED_SHARE, (statuses, elapsed)
     assert decided["model"] > 0, decided  # the policy answered, not only the fallback
-    assert elapsed < 60, elapsed
 
 
 def _post_raw(client, path: str, body, statuses: Counter) -> None:
@@ -272,7 +273,7 @@ def test_schemathesis_negative_cases_never_get_5xx(client):
     statuses: Counter[int] = Counter()
 
     def fuzzer(path: str):
-        @settings(max_examples=25, deadline=None, database=None,
+        @settings(max_examples=15, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(case=schema[path]["POST"].as_strategy(GenerationMode.NEGATIVE))
         def fuzz(case) -> None:
@@ -281,5 +282,5 @@ def test_schemathesis_negative_cases_never_get_5xx(client):
 
     for path in ("/v1/decide", "/v1/decide/batch"):
         fuzzer(path)()
-    assert sum(statuses.values()) >= 25, statuses
+    assert sum(statuses.values()) >= 15, statuses
     assert all(400 <= code < 500 or code == 200 for code in statuses), statuses

@@ -31,7 +31,7 @@ from envs.workloads.base import DeadlineConfig, FleetCapacity, JobTable, assign_
 
 class _WorkloadBase(StrictConfig):
 
-    rate: float = Field(default=0.8, gt=0, le=100_000, description="mean arrivals per tick")
+    rate: float = Field(default=0.8, ge=1e-6, le=100_000, description="mean arrivals per tick")
     load: float | None = Field(default=0.45, gt=0, le=2.0,
                                description="target offered CPU load of the fleet")
     duration_mean: float = Field(default=30.0, ge=1, le=MAX_TICKS,
@@ -73,7 +73,7 @@ class GoogleV2LikeConfig(_WorkloadBase):
     mem_to_cpu_sigma: float = Field(default=0.6, ge=0, le=4)
     duration_sigma: float = Field(default=1.5, ge=0, le=4)
     diurnal_amplitude: float = Field(default=0.4, ge=0, lt=1)
-    diurnal_period: int = Field(default=1440, ge=1, le=MAX_TICKS, description="ticks per day")
+    diurnal_period: int = Field(default=1440, ge=1, le=1_000_000, description="ticks per day")
     burst_factor: float = Field(default=3.0, ge=1, le=100)
     burst_enter_prob: float = Field(default=0.01, ge=0, le=1)
     burst_mean_length: float = Field(default=20.0, ge=1, le=1_000_000)
