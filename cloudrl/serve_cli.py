@@ -25,6 +25,10 @@ def service_config(args: argparse.Namespace) -> Any:
     if args.n_servers is not None or args.workload is not None:
         overrides["env"] = {k: v for k, v in (("n_servers", args.n_servers),
                                               ("workload", args.workload)) if v is not None}
+    scenario = {k: v for k, v in (("name", args.scenario), ("policy", args.scenario_policy))
+                if v is not None}
+    if scenario:
+        overrides["scenario"] = scenario
     return load_config(ServiceConfig, args.config, overrides)
 
 
@@ -50,6 +54,29 @@ def check_policies(cfg: Any) -> None:
             raise ConfigError(f"{field}: policy {spec!r} does not load: "
                               f"{type(e).__name__}: {_one_line(str(e))}") from None
         shield._pool.shutdown(wait=False)
+    if cfg.scenario is not None:
+        check_scenario(cfg.scenario)
+
+
+def check_scenario(scenario: Any) -> None:
+    """Build the scenario service here (scenario, controller, one decision on the example
+    request), so a controller that does not load or cannot be served from a request is one
+    line naming it (exit 2) before Ray starts."""
+    import asyncio
+
+    from serve_apps.scenario_schemas import ScenarioState
+    from serve_apps.scenario_service import ScenarioPolicyError, ScenarioService
+
+    try:
+        service = ScenarioService(scenario)
+    except ScenarioPolicyError as e:
+        raise ConfigError(f"scenario.policy: {_one_line(str(e))}") from None
+    example = ScenarioState.model_validate(service.info()["example"])
+    out = asyncio.run(service.decide(example))
+    service._pool.shutdown(wait=False)
+    if out.fallback:
+        raise ConfigError(f"scenario.policy: {scenario.policy!r} does not answer the example "
+                          f"state of {scenario.name}: {out.reason}")
 
 
 def _one_line(text: str) -> str:
@@ -72,6 +99,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     serve.run(build_app(cfg), name="cloudrl", route_prefix="/")
     print(f"cloudrl decision service on http://{args.host}:{args.port}/v1/decide "
           f"(policy {cfg.policy}); Ctrl-C stops it", flush=True)
+    if cfg.scenario is not None:
+        print(f"scenario {cfg.scenario.name} ({cfg.scenario.policy}) on "
+              f"http://{args.host}:{args.port}/v1/scenario/decide", flush=True)
     try:
         while True:
             time.sleep(3600)
@@ -110,6 +140,10 @@ def register(sub: Any) -> None:
                     help="interface of a heuristic policy (default branching)")
     sv.add_argument("--n-servers", type=int, help="fleet size of a heuristic policy")
     sv.add_argument("--workload", help="workload of a heuristic policy's env")
+    sv.add_argument("--scenario", help="also serve this scenario on /v1/scenario/decide "
+                                       "(cloudrl scenarios list)")
+    sv.add_argument("--scenario-policy", help="the scenario's controller: signal_aware "
+                    "(default), mpc, learned:PATH or python:MODULE:FACTORY")
     sv.add_argument("--state-db", help="SQLite file (default results/serve/state.db)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)

@@ -15,6 +15,11 @@ Endpoints (JSON):
 * ``POST /v1/feedback`` (bearer token): ranked trajectory pairs into the SQLite store.
 * ``GET /v1/fleet``: the deployed fleet's layout (per-index tiers and capacities, queue and
   priority limits) and a minimal valid request (``serve_apps.fleet_layout``).
+* ``POST /v1/scenario/decide``: a scenario state (signals, forecasts, load, fleet by power
+  state, held batch pool) -> the two standing controls of the configured scenario
+  controller, shielded (``serve_apps.scenario_service``); ``GET /v1/scenario``: the
+  served scenario's horizon, fleet cores, decision period and an example request. Both
+  answer 404 unless the config names a ``scenario``.
 * ``GET /healthz``: liveness.
 
 Run it with ``serve run serve_apps/config.yaml``, ``cloudrl serve --checkpoint PATH`` or
@@ -55,6 +60,8 @@ from serve_apps.metrics import ServiceMetrics
 from serve_apps.rollout import Rollout, ShieldSettings, log
 from serve_apps.rollout_controller import RolloutController, sla_risk
 from serve_apps.runtime import PolicySpecError
+from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
+from serve_apps.scenario_service import ScenarioService
 from serve_apps.schemas import (
     ClusterState,
     DecideBatchRequest,
@@ -73,7 +80,7 @@ api.add_middleware(BodyLimit)  # innermost: the body is read only once the token
 api.add_middleware(BearerAuth)
 api.add_middleware(AllowedMethods, routes_of=lambda: api.routes)
 PROTECTED = {"/v1/rollout": frozenset({"GET", "POST"}), "/v1/feedback": frozenset({"POST"})}
-DECIDE_PATHS = ("/v1/decide", "/v1/decide/batch")
+DECIDE_PATHS = ("/v1/decide", "/v1/decide/batch", "/v1/scenario/decide")
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -166,6 +173,7 @@ class DecisionService:
         self.metrics = ServiceMetrics()
         self.controller = RolloutController(self.rollout)
         self._canary_seen: tuple[str | None, float] = (None, 0.0)
+        self.scenario = ScenarioService(cfg.scenario) if cfg.scenario else None
         self._sync()
 
     def _sync(self) -> None:
@@ -363,6 +371,27 @@ class DecisionService:
         limits, batch size, and a minimal valid ``/v1/decide`` body (``example``)."""
         self._sync()
         return fleet_layout(self.rollout.stable.policy, self.config.max_batch_size)
+
+    def _scenario_service(self) -> ScenarioService:
+        if self.scenario is None:
+            raise HTTPException(404, "no scenario is served: start the service with "
+                                     "--scenario NAME (ServiceConfig.scenario)")
+        return self.scenario
+
+    @api.post("/v1/scenario/decide", response_model=ScenarioDecision)
+    async def scenario_decide(self, body: ScenarioState, request: Request
+                              ) -> ScenarioDecision:
+        """The scenario controller's (release_util, ready_cores), always feasible; the
+        signal-aware rule answers (``fallback: true``) when the controller fails."""
+        if self.config.decide_requires_token:
+            self._require_token(request)
+        return await self._scenario_service().decide(body)
+
+    @api.get("/v1/scenario")
+    async def scenario_info(self) -> dict[str, Any]:
+        """The served scenario: horizon, fleet cores, decision period, bounds, counters and
+        an example ``/v1/scenario/decide`` body."""
+        return self._scenario_service().info()
 
     @api.get("/healthz")
     async def healthz(self) -> dict[str, str]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cloudrl.policy import Interface
 from envs.env_config import EnvConfig
+from serve_apps.scenario_config import ScenarioServing
 
 TOKEN_ENV = "CLOUDRL_SERVE_TOKEN"
 
@@ -49,6 +50,8 @@ class ServiceConfig(BaseModel):
     health_check_period_s: float = Field(default=10.0, gt=0, le=3600.0, description="seconds "
                                          "between Serve's health checks of a replica")
     health_check_timeout_s: float = Field(default=30.0, gt=0, le=3600.0)
+    scenario: ScenarioServing | None = Field(default=None, description="a scenario and its "
+                                             "controller for POST /v1/scenario/decide")
     smoke_timeout_s: float = Field(default=10.0, gt=0, le=3600.0, description="time a new "
                                    "version has to answer its smoke-test states before it is "
                                    "refused")

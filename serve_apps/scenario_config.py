@@ -1,0 +1,57 @@
+"""ScenarioServing: which scenario the service serves and which controller decides on it.
+
+Part of :class:`serve_apps.service_config.ServiceConfig` (``scenario:``), or
+``cloudrl serve --scenario NAME --scenario-policy POLICY``. ``policy`` is one of
+
+* ``signal_aware``: :class:`cloudrl.heuristics.signal_aware.SignalAwareDeferral`;
+* ``mpc``: :class:`cloudrl.mpc.forecast_mpc.ForecastMPC` (HiGHS);
+* ``learned:PATH``: a checkpoint written by ``cloudrl scenarios distill``, served once its
+  controller decides from a ``PlanView`` alone (``decide_view``); until then it is refused
+  with a line saying so;
+* ``python:MODULE:FACTORY``: ``FACTORY()`` returns an object with ``reset(sim)`` and
+  ``decide_view(view) -> (release_util, ready_cores)`` (fault drills:
+  :mod:`serve_apps.scenario_faults`).
+
+``params`` are the controller's knobs (``SignalAwareConfig`` or ``MPCConfig`` fields, e.g.
+tuned ones). The signal-aware rule with its defaults is the fallback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BUILTIN = ("signal_aware", "mpc")
+
+
+class ScenarioServing(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(default="carbon_shift", description="a scenario of the catalog "
+                                                          "(cloudrl scenarios list)")
+    policy: str = Field(default="signal_aware", description="signal_aware, mpc, "
+                        "learned:PATH or python:MODULE:FACTORY")
+    params: dict[str, Any] = Field(default_factory=dict, description="the controller's knobs")
+    decide_timeout_s: float = Field(default=2.0, gt=0.0, le=600.0, description="a controller "
+                                    "slower than this is answered by the fallback")
+    max_release_util: float = Field(default=2.0, gt=0.0, le=10.0, description="release_util "
+                                    "is clamped to [0, this] (>= 1: no limit)")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from envs.scenario.catalog import scenario_names
+
+        if name not in scenario_names():
+            raise ValueError(f"unknown scenario {name!r}; valid: {', '.join(scenario_names())}")
+        return name
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_form(cls, policy: str) -> str:
+        if policy in BUILTIN or (policy.startswith("learned:") and len(policy) > 8) or \
+                (policy.startswith("python:") and policy.count(":") == 2):
+            return policy
+        raise ValueError(f"policy {policy!r}: expected signal_aware, mpc, learned:PATH or "
+                         f"python:MODULE:FACTORY")

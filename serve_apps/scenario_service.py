@@ -1,0 +1,170 @@
+"""The scenario controller behind ``POST /v1/scenario/decide``, and its shield.
+
+:class:`ScenarioService` builds the deployed scenario's simulator once (the controllers
+read its static parts: fleet, power draw, cost and signal settings), loads the configured
+controller (:mod:`serve_apps.scenario_config`) and answers a :class:`ScenarioState` with
+the two standing controls. The shield:
+
+* the controller runs in a worker thread with ``decide_timeout_s``; an exception, a
+  timeout or a non-finite or non-numeric answer is answered by the fallback, the
+  signal-aware rule with its defaults; if that fails too, by the safe constant
+  ``(0, fleet cores)``: release nothing beyond the work whose slack runs out (the
+  executor releases it regardless) and keep every server ready;
+* the answer is always clamped into its feasible range: ``release_util`` in
+  ``[0, max_release_util]``, ``ready_cores`` in ``[0, fleet cores]``; ``reason`` says so;
+* nothing the controller does becomes a 5xx: a state that does not fit the scenario is
+  a 422 (:func:`serve_apps.scenario_state.view_of`) before the controller runs.
+
+``decide_ms`` is the server-side time from the validated request to the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from envs.scenario.catalog import load_scenario
+from envs.scenario.control import PlanView
+from envs.scenario.sim import ScenarioSim
+from serve_apps.scenario_config import ScenarioServing
+from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
+from serve_apps.scenario_state import state_of, view_of
+
+SAFE = "safe_constant"
+
+
+class ScenarioPolicyError(ValueError):
+    """A scenario policy that does not load or cannot be served."""
+
+
+def load_controller(spec: str, params: dict[str, Any]) -> Any:
+    """The controller of ``spec`` (see :mod:`serve_apps.scenario_config`), not yet reset."""
+    try:
+        if spec == "signal_aware":
+            from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
+
+            ctrl: Any = SignalAwareDeferral(SignalAwareConfig.from_dict(params))
+        elif spec == "mpc":
+            from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
+
+            ctrl = ForecastMPC(MPCConfig(**params))
+        elif spec.startswith("learned:"):
+            from cloudrl.algorithms.distill.policy import load_controller as load_learned
+
+            ctrl = load_learned(spec.split(":", 1)[1])
+        elif spec.startswith("python:"):
+            _, module, factory = spec.split(":")
+            ctrl = getattr(importlib.import_module(module), factory)(**params)
+        else:
+            raise ScenarioPolicyError(f"policy {spec!r}: expected signal_aware, mpc, "
+                                      f"learned:PATH or python:MODULE:FACTORY")
+    except ScenarioPolicyError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any loader failure names the policy
+        raise ScenarioPolicyError(f"policy {spec!r} does not load: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split())}") from None
+    if not callable(getattr(ctrl, "decide_view", None)):
+        raise ScenarioPolicyError(
+            f"policy {spec!r}: {type(ctrl).__name__} has no decide_view(view) (it decides "
+            f"only from an in-process simulator), so the service cannot run it from a "
+            f"request; serve signal_aware or mpc")
+    return ctrl
+
+
+def _pair(out: Any) -> tuple[float, float]:
+    """Two finite floats, or ValueError."""
+    release, ready = (float(x) for x in out)
+    if not (math.isfinite(release) and math.isfinite(ready)):
+        raise ValueError(f"non-finite controls ({release}, {ready})")
+    return release, ready
+
+
+class ScenarioService:
+    """One replica's scenario controller with its shield (see the module docstring)."""
+
+    def __init__(self, cfg: ScenarioServing) -> None:
+        self.cfg = cfg
+        self.scenario = load_scenario(cfg.name)
+        self.sim = ScenarioSim(self.scenario)
+        self.controller = load_controller(cfg.policy, cfg.params)
+        self.controller.reset(self.sim)
+        from cloudrl.heuristics.signal_aware import SignalAwareDeferral
+
+        self.fallback = SignalAwareDeferral()
+        self.fallback.reset(self.sim)
+        self.policy_name = cfg.policy.split(":", 1)[0] if cfg.policy.startswith("learned:") \
+            else cfg.policy
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scenario")
+        self.decide_ms: deque[float] = deque(maxlen=10_000)
+        self.counts = {"requests": 0, "fallbacks": 0, "clamped": 0}
+        self._example = state_of(self.sim)  # the scenario's first tick on seed 0
+
+    # ------------------------------------------------------------------ deciding
+    def _fallback(self, view: PlanView) -> tuple[float, float, str, str | None]:
+        try:
+            release, ready = _pair(self.fallback.decide_view(view))
+            return release, ready, "signal_aware", None
+        except Exception as e:  # noqa: BLE001 - the constant answers whatever broke
+            return 0.0, view.fleet_cores, SAFE, f"fallback failed: {type(e).__name__}: {e}"
+
+    async def decide(self, state: ScenarioState) -> ScenarioDecision:
+        start = time.perf_counter()
+        view = view_of(state, self.sim)  # StateError: 422 naming the field
+        reason = None
+        try:
+            loop = asyncio.get_running_loop()
+            out = await asyncio.wait_for(
+                loop.run_in_executor(self._pool, self.controller.decide_view, view),
+                self.cfg.decide_timeout_s)
+            release, ready = _pair(out)
+            policy, fallback = self.policy_name, False
+        except TimeoutError:
+            reason = f"timeout: {self.policy_name} took longer than {self.cfg.decide_timeout_s} s"
+        except Exception as e:  # noqa: BLE001 - the shield answers any controller failure
+            reason = f"error: {type(e).__name__}: {' '.join(str(e).split())}"[:300]
+        if reason is not None:
+            release, ready, policy, failed = self._fallback(view)
+            fallback = True
+            if failed:
+                reason = f"{reason}; {failed}"[:500]
+        release_c = float(np.clip(release, 0.0, self.cfg.max_release_util))
+        ready_c = float(np.clip(ready, 0.0, view.fleet_cores))
+        if (release_c, ready_c) != (release, ready):
+            clamp = (f"clamped ({release:g}, {ready:g}) into [0, "
+                     f"{self.cfg.max_release_util:g}] x [0, {view.fleet_cores:g}]")
+            reason = clamp if reason is None else f"{reason}; {clamp}"
+            self.counts["clamped"] += 1
+        trimmed = getattr(self.controller, "solve_times", None)
+        if isinstance(trimmed, list) and len(trimmed) > 1000:
+            del trimmed[:-100]
+        ms = (time.perf_counter() - start) * 1e3
+        self.decide_ms.append(ms)
+        self.counts["requests"] += 1
+        self.counts["fallbacks"] += int(fallback)
+        return ScenarioDecision(release_util=release_c, ready_cores=ready_c, policy=policy,
+                                decide_ms=ms, fallback=fallback, reason=reason)
+
+    # ------------------------------------------------------------------ describing
+    def info(self) -> dict[str, Any]:
+        """What a client needs to build a valid request, and this replica's counters."""
+        sc, sim = self.scenario, self.sim
+        times = np.array(self.decide_ms) if self.decide_ms else np.array([np.nan])
+        return {
+            "scenario": sc.name, "description": sc.description, "policy": self.cfg.policy,
+            "fallback": "signal_aware", "horizon_ticks": sim.horizon_ticks,
+            "decision_ticks": sc.decision_ticks, "tick_seconds": sc.tick_seconds,
+            "episode_ticks": sc.episode_ticks, "fleet_cores": sim.fleet_cores,
+            "largest_job_cores": sim.max_job_cores, "boot_ticks": sc.boot_ticks,
+            "resume_ticks": sc.resume_ticks, "max_release_util": self.cfg.max_release_util,
+            "decide_timeout_s": self.cfg.decide_timeout_s,
+            "counters": dict(self.counts),
+            "decide_ms_p50": None if np.isnan(times).all() else float(np.median(times)),
+            "example": self._example,
+        }
