@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from cloudrl.trace_import import register
 from envs.workloads.base import FleetCapacity
 from envs.workloads.google_trace import (
+    MAX_TRACE_SPAN_US,
     REQUEST_FLOOR,
     ImportReport,
     TraceFileError,
@@ -415,3 +416,36 @@ def test_cli_copy_of_tiny_in_nested_dir(tmp_path: Path) -> None:
     shutil.copy(TINY, source)
     assert _cli(["trace", "import", str(source), "--out", str(tmp_path / "t.npz")]) == 0
     assert len(load_trace(tmp_path / "t.npz")[0]) == 5
+
+
+# ----------------------------------------------------------------------- ranges of trace fields
+@pytest.mark.parametrize(("column", "text"), [(2, "-100"), (3, "-1"), (2, "9223372036854775808"),
+                                              (3, str(2**64))])
+def test_job_ids_and_task_indices_are_int64_and_not_negative(tmp_path: Path, column: int,
+                                                             text: str) -> None:
+    fields = ["5000000", "", "200", "1", "", "0", "u2", "0", "0", "0.1", "0.1", "0", "0"]
+    fields[column] = text
+    bad = _corrupt(tmp_path, 8, ",".join(fields))
+    name = "job ID" if column == 2 else "task index"
+    with pytest.raises(TraceFormatError, match=rf"line 8: {name} '{text}' is outside"):
+        parse_task_events([bad])
+
+
+@pytest.mark.parametrize("last", [4 * 2**60, 2**62, 2**63 - 2, 400 * 365 * 86_400 * 10**6])
+def test_a_span_beyond_ten_years_is_refused_naming_the_timestamps(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture,
+                                                                  last: int) -> None:
+    """A typo'd FINISH near 2**62 would make a task that runs for ~146,000 years."""
+    bad = _corrupt(tmp_path, 32, f"{last},,100,0,,4,u1,0,0,0.1,0.2,0,0")
+    with pytest.raises(TraceFormatError, match=rf"timestamps span \d+ us \(from \d+ to {last}\)"):
+        parse_task_events([bad])
+    assert _cli(["trace", "import", str(bad), "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "10 years" in err and str(last) in err
+
+
+def test_a_span_of_nine_years_still_imports(tmp_path: Path) -> None:
+    last = 9 * 365 * 86_400 * 10**6
+    ok = _corrupt(tmp_path, 32, f"{last},,100,0,,4,u1,0,0,0.1,0.2,0,0")
+    jobs, report = parse_task_events([ok])
+    assert report.span_us <= MAX_TRACE_SPAN_US and int(jobs.duration_us.max()) <= report.span_us

@@ -191,6 +191,9 @@ def _parse_row(row: list[str]) -> tuple[tuple[int, int], _Event]:
     if ts > AFTER_END_US:
         raise _BadField(f"timestamp {row[0]!r} is above 2**63-1 (the trace's end marker)")
     job, task = _int_field(row[2], "job ID"), _int_field(row[3], "task index")
+    for name, value, text in (("job ID", job, row[2]), ("task index", task, row[3])):
+        if not 0 <= value <= AFTER_END_US:
+            raise _BadField(f"{name} {text!r} is outside [0, 2**63-1]")
     kind = _int_field(row[5], "event type")
     if not SUBMIT <= kind <= UPDATE_RUNNING:
         raise _BadField(f"event type {row[5]!r} is not a known code (0-8)")
