@@ -246,7 +246,7 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-@pytest.mark.parametrize("sync", ["normal", "full"])
+@pytest.mark.parametrize("sync", ["normal", pytest.param("full", marks=pytest.mark.slow)])
 def test_acknowledged_labels_survive_kill_9(tmp_path, sync):
     path = tmp_path / "labels.db"
     toks = seed_db(path, n_pairs=30, k=2)
