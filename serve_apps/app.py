@@ -61,7 +61,7 @@ from serve_apps.rollout import Rollout, ShieldSettings, log
 from serve_apps.rollout_controller import RolloutController, sla_risk
 from serve_apps.runtime import PolicySpecError
 from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
-from serve_apps.scenario_service import ScenarioService
+from serve_apps.scenario_service import ScenarioService, scenario_openapi
 from serve_apps.schemas import (
     ClusterState,
     DecideBatchRequest,
@@ -195,6 +195,8 @@ class DecisionService:
             schema = get_openapi(title=api.title, version=api.version, routes=api.routes)
             api.openapi_schema = fleet_openapi(schema, self.rollout.stable.policy,
                                                self.config.max_batch_size)
+            if self.scenario is not None:
+                api.openapi_schema = scenario_openapi(api.openapi_schema, self.scenario)
         return api.openapi_schema
 
     async def check_health(self) -> None:

@@ -26,7 +26,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from serve_apps.schemas import Int
+from serve_apps.schemas import _integral
 
 MAX_PRICE = 20_000.0  # $/MWh; the highest wholesale caps are ~5,000-15,000 $/MWh
 MAX_CARBON = 5_000.0  # gCO2/kWh; coal plants emit ~1,000
@@ -44,15 +44,8 @@ Kw = Annotated[float, Field(ge=0.0, le=MAX_KW)]
 Cores = Annotated[float, Field(ge=0.0, le=MAX_CORES)]
 
 
-def _floats(value: object) -> object:
-    """JSON integers are fine where floats are expected (``3`` for ``3.0``)."""
-    if isinstance(value, list):
-        return [float(v) if type(v) is int else v for v in value]
-    return float(value) if type(value) is int else value
-
-
 def _array(item: object, what: str) -> object:
-    return Annotated[list[item], BeforeValidator(_floats),  # type: ignore[valid-type]
+    return Annotated[list[item],  # type: ignore[valid-type]
                      Field(min_length=1, max_length=MAX_FORECAST, description=what)]
 
 
@@ -60,7 +53,16 @@ PriceArray = _array(Price, "$/MWh at ticks t+1..t+L")
 CarbonArray = _array(Carbon, "gCO2/kWh at ticks t+1..t+L")
 KwArray = _array(Kw, "kW at ticks t+1..t+L")
 CoresArray = _array(Cores, "cores at ticks t+1..t+L (running: t..t+L-1)")
-Float = Annotated[float, BeforeValidator(_floats)]
+
+
+def _int(lo: int, hi: int, **kw: object) -> object:
+    """An integer in [lo, hi]; ``5.0`` counts as ``5`` (JSON Schema's integer)."""
+    return Annotated[int, Field(ge=lo, le=hi, **kw), BeforeValidator(_integral)]
+
+
+Tick = _int(0, MAX_TICK)
+Ticks = _int(1, MAX_TICK)
+Float = float  # strict: a JSON integer is a float too, true/false and "3" are not
 
 
 class PerClass(BaseModel):
@@ -100,10 +102,10 @@ class BatchPool(BaseModel):
 
     model_config = _STRICT
     cores: Annotated[list[Annotated[float, Field(gt=0.0, le=MAX_CORES)]],
-                     BeforeValidator(_floats), Field(max_length=MAX_POOL)] = []
-    duration_ticks: Annotated[list[Annotated[Int, Field(ge=1, le=MAX_TICK)]],
+                     Field(max_length=MAX_POOL)] = []
+    duration_ticks: Annotated[list[Ticks],  # type: ignore[valid-type]
                               Field(max_length=MAX_POOL)] = []
-    latest_start_tick: Annotated[list[Annotated[Int, Field(ge=0, le=MAX_TICK)]],
+    latest_start_tick: Annotated[list[Tick],  # type: ignore[valid-type]
                                  Field(max_length=MAX_POOL, description="absolute tick by "
                                        "which the job must start")] = []
 
@@ -112,13 +114,13 @@ class ScenarioState(BaseModel):
     """What an online controller knows at tick ``tick`` (see the module docstring)."""
 
     model_config = _STRICT
-    tick: Annotated[Int, Field(ge=0, le=MAX_TICK, description="ticks since the episode "
-                               "(or the service's clock) began")]
-    ticks_left: Annotated[Int, Field(ge=1, le=MAX_TICK)] | None = Field(
+    tick: Tick = Field(description="ticks since the episode (or the service's clock) "  # type: ignore[valid-type]
+                             "began")
+    ticks_left: Ticks | None = Field(  # type: ignore[valid-type]
         default=None, description="ticks until the episode ends (default: a whole episode)")
     hour_of_week: Annotated[Float, Field(ge=0.0, lt=168.0)] | None = Field(
         default=None, description="hours since Monday 00:00 (informational)")
-    decision_ticks: Annotated[Int, Field(ge=1, le=MAX_FORECAST)] | None = Field(
+    decision_ticks: _int(1, MAX_FORECAST) | None = Field(  # type: ignore[valid-type]
         default=None, description="ticks until the next decision (default: the scenario's)")
     price_now: Annotated[Float, Field(ge=-MAX_PRICE, le=MAX_PRICE, description="$/MWh")]
     carbon_now: Annotated[Float, Field(ge=0.0, le=MAX_CARBON, description="gCO2/kWh")]

@@ -168,3 +168,24 @@ class ScenarioService:
             "decide_ms_p50": None if np.isnan(times).all() else float(np.median(times)),
             "example": self._example,
         }
+
+
+def scenario_openapi(schema: dict[str, Any], service: ScenarioService) -> dict[str, Any]:
+    """``schema`` with the served scenario's rules in the scenario state: every forecast
+    array holds one decision period to one horizon of ticks, the fleet's cores, and a
+    valid example body."""
+    parts = schema.get("components", {}).get("schemas", {})
+    state, per_class = parts.get("ScenarioState"), parts.get("PerClass")
+    if state is None or per_class is None:
+        return schema
+    lo, hi = service.scenario.decision_ticks, service.sim.horizon_ticks
+    arrays = [state["properties"][k] for k in ("price_fc", "carbon_fc", "solar_fc_kw")]
+    arrays += list(per_class["properties"].values())
+    for prop in arrays:
+        prop["minItems"], prop["maxItems"] = lo, hi
+    state["description"] = (f"{state.get('description', '')} Served scenario "
+                            f"{service.scenario.name}: forecast arrays of {lo} to {hi} ticks "
+                            f"(one length), fleet cores by state summing to "
+                            f"{service.sim.fleet_cores:g}.").strip()
+    state["example"] = service._example
+    return schema
