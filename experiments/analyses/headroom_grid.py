@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-seeds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated design labels to run (default: all)")
     ap.add_argument("--out", default="results/headroom_grid.json")
+    ap.add_argument("--markdown", help="also write the grid as a Markdown table here")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +88,22 @@ def main(argv: list[str] | None = None) -> int:
                                    "tune_samples": args.tune_samples,
                                    "tune_seeds": args.tune_seeds, "designs": done}, indent=1))
     print(f"{len(done)} designs in {out} ({time.perf_counter() - t0:.0f} s)")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(done) + "\n")
     return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    """The grid as a Markdown table (every design, pass or not)."""
+    out = ["| design | heuristic $ | MPC $ | oracle $ | MPC gain % [95% CI] | "
+           "oracle gap % [95% CI] | gate |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['design']} | {r['heuristic_cost']:.2f} | {r['mpc_cost']:.2f} | "
+                   f"{r['oracle_cost']:.2f} | {r['mpc_gain_pct']:.1f} "
+                   f"[{r['mpc_gain_ci95'][0]:.1f}, {r['mpc_gain_ci95'][1]:.1f}] | "
+                   f"{r['gap_pct']:.1f} [{r['gap_ci95'][0]:.1f}, {r['gap_ci95'][1]:.1f}] | "
+                   f"{'pass' if r['passes_gate'] else 'no'} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
