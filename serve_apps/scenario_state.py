@@ -80,7 +80,9 @@ def view_of(state: ScenarioState, sim: ScenarioSim) -> PlanView:
 
 
 def state_of(sim: ScenarioSim) -> dict[str, Any]:
-    """The request body for ``sim``'s present (JSON-ready)."""
+    """The request body for ``sim``'s present (JSON-ready). Core counts the simulator
+    carries as running sums can dip a rounding error below 0 (``-1e-13``); they are sent
+    as 0, since the service accepts no negative cores."""
     v = plan_view(sim)
     by_state = {name: float(sim.cores[sim.state == code].sum()) for name, code in (
         ("active", ACTIVE), ("suspended", SUSPENDED), ("off", OFF), ("resuming", RESUMING),
@@ -93,9 +95,10 @@ def state_of(sim: ScenarioSim) -> dict[str, Any]:
         "price_fc": v.price_fc.tolist(), "carbon_fc": v.carbon_fc.tolist(),
         "solar_fc_kw": v.solar_fc_kw.tolist(),
         "load_fc": {"latency_critical": v.load_fc[0].tolist(), "batch": v.load_fc[1].tolist()},
-        "running": {"latency_critical": v.running[0].tolist(),
-                    "batch": v.running[1].tolist()},
-        "queued": {"latency_critical": float(v.queued[0]), "batch": float(v.queued[1])},
+        "running": {"latency_critical": np.maximum(v.running[0], 0.0).tolist(),
+                    "batch": np.maximum(v.running[1], 0.0).tolist()},
+        "queued": {"latency_critical": max(float(v.queued[0]), 0.0),
+                   "batch": max(float(v.queued[1]), 0.0)},
         "pool": {"cores": v.pool_cores.tolist(),
                  "duration_ticks": [int(x) for x in v.pool_duration],
                  "latest_start_tick": [int(x) for x in v.pool_latest]},
