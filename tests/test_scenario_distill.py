@@ -125,8 +125,10 @@ def test_checkpoint_plays_like_the_in_process_module(tmp_path):
     size = sum(p.stat().st_size for p in (tmp_path / "ck").iterdir())
     assert size < 300_000
     sim = ScenarioSim(load_scenario("tiny"))
+    threads = torch.get_num_threads()
     live = run_episode(sim, LearnedController(module), 500_001)
     loaded = run_episode(sim, load_controller(tmp_path / "ck"), 500_001)
+    assert torch.get_num_threads() == threads  # the one-thread forward restores the setting
     assert loaded.metrics == live.metrics
     assert loaded.decisions == live.decisions > 0
     _, spec = load_checkpoint(tmp_path / "ck")
