@@ -19,6 +19,10 @@ from cloudrl.protocol import validation_seeds
 from cloudrl.scenarios.runner import ControllerSpec, run_controllers
 from envs.scenario.config import ScenarioConfig
 
+# the signal-aware rule's point closest to running everything at once (always "cheap")
+RUN_AT_ONCE_LIKE = {"quantile": 1.0, "window_hours": 24.0, "release_util": 1.0,
+                    "ready_margin": 0.6, "guard_hours": 0.0}
+
 
 def heuristic_space(rng: np.random.Generator) -> dict[str, Any]:
     return {"quantile": float(rng.uniform(0.05, 0.7)),
@@ -56,6 +60,8 @@ def tune(cfg: ScenarioConfig, kind: str, n_samples: int = 16, n_seeds: int = 10,
         raise ValueError(f"tune: kind must be 'signal_aware' or 'mpc', got {kind!r}")
     rng = np.random.default_rng(seed)
     points = [default] + [space(rng) for _ in range(max(n_samples - 1, 0))]
+    if kind == "signal_aware" and n_samples > 1:
+        points.append(dict(RUN_AT_ONCE_LIKE))  # the rule may also choose not to defer
     specs = [ControllerSpec(kind, p) for p in points]
     results = run_controllers(cfg, specs, list(validation_seeds(n_seeds)), workers)
     costs = [float(np.mean([m["cost_usd"] for m in r])) for r in results]
