@@ -259,6 +259,47 @@ def test_hostile_states_answer_4xx_naming_the_field(service, case):
         assert status == 413 and out["errors"][0]["field"] == "body"
 
 
+ARRAYS = ("price_fc", "carbon_fc", "solar_fc_kw", "load_fc.batch", "running.latency_critical")
+
+
+def test_random_states_are_decided_feasibly_or_refused_with_4xx(service):
+    """Random ticks, horizons, decision periods, signal values and array contents: every
+    answer is a feasible decision or a 422 naming a field; both occur."""
+    client, _ = service
+    fleet = ScenarioSim(load_scenario(SCENARIO)).fleet_cores
+    statuses: dict[int, int] = {}
+    maybe = st.one_of(st.none(), st.integers(-1, 10**9 + 5))
+
+    @settings(max_examples=50, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(tick=st.integers(-1, 10**9 + 5), ticks_left=maybe,
+           decision=st.one_of(st.none(), st.integers(0, 130)),
+           scalar=st.sampled_from(["price_now", "carbon_now", "solar_now_kw"]),
+           value=st.floats(-3e4, 3e4), array=st.sampled_from(ARRAYS),
+           length=st.sampled_from([None, None, 0, 4, 119, 121, 1000]),
+           fill=st.floats(-1.0, 3e4))
+    def fuzz(tick, ticks_left, decision, scalar, value, array, length, fill) -> None:
+        body = json.loads(json.dumps(_BODY))
+        body.update({"tick": tick, "ticks_left": ticks_left, "decision_ticks": decision,
+                     scalar: value})
+        head, _, tail = array.partition(".")
+        if length is not None:
+            if tail:
+                body[head][tail] = [fill] * length
+            else:
+                body[head] = [fill] * length
+        status, out = _post(client, body)
+        statuses[status] = statuses.get(status, 0) + 1
+        assert status in (200, 422), (status, out)
+        if status == 200:
+            assert _feasible(out, fleet), out
+        else:
+            assert out["errors"][0]["field"] != "body", out
+
+    fuzz()
+    assert statuses.get(200, 0) > 0 and statuses.get(422, 0) > 0, statuses
+
+
 def test_a_failing_controller_is_answered_by_the_fallback(service):
     client, db = service
     _deploy(_config(db, "python:serve_apps.scenario_faults:by_price", timeout_s=0.5))
