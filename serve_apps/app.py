@@ -83,6 +83,14 @@ PROTECTED = {"/v1/rollout": frozenset({"GET", "POST"}), "/v1/feedback": frozense
 DECIDE_PATHS = ("/v1/decide", "/v1/decide/batch", "/v1/scenario/decide")
 
 
+def protected_paths(cfg: ServiceConfig) -> dict[str, frozenset[str]]:
+    """Path -> the methods that need the bearer token under ``cfg``."""
+    protected = dict(PROTECTED)
+    if cfg.decide_requires_token:
+        protected.update({path: frozenset({"POST"}) for path in DECIDE_PATHS})
+    return protected
+
+
 def _field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p != "body"]
     out = ""
@@ -152,10 +160,7 @@ class DecisionService:
         cfg = self.config
         BodyLimit.max_bytes = cfg.max_body_bytes
         self.token = cfg.token()
-        protected = dict(PROTECTED)
-        if cfg.decide_requires_token:
-            protected.update({path: frozenset({"POST"}) for path in DECIDE_PATHS})
-        BearerAuth.configure(self.token, protected)
+        BearerAuth.configure(self.token, protected_paths(cfg))
         self.rollout = Rollout(
             cfg.policy, cfg.env, cfg.interface, db_path=cfg.state_db, seed=cfg.routing_seed,
             shield=ShieldSettings(cfg.model_timeout_s, cfg.failure_threshold, cfg.cooldown_s,

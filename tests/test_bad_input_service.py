@@ -284,3 +284,32 @@ def test_schemathesis_negative_cases_never_get_5xx(client):
         fuzzer(path)()
     assert sum(statuses.values()) >= 15, statuses
     assert all(400 <= code < 500 or code == 200 for code in statuses), statuses
+
+
+def test_decide_behind_a_token_is_401_before_its_body_is_read(client):
+    """With ``decide_requires_token`` the decide endpoints join the protected ones (the
+    guard configured as a replica with that setting configures it)."""
+    from serve_apps.app import protected_paths
+    from serve_apps.http_guards import BearerAuth
+    from serve_apps.service_config import ServiceConfig
+
+    assert set(protected_paths(ServiceConfig())) == {"/v1/rollout", "/v1/feedback"}
+    guarded = protected_paths(ServiceConfig(decide_requires_token=True))
+    assert guarded["/v1/decide"] == guarded["/v1/decide/batch"] == {"POST"}
+    saved = BearerAuth.token, dict(BearerAuth.protected)
+    body = _decide_body(client)
+    try:
+        BearerAuth.configure(TOKEN, guarded)
+        for path, raw in (("/v1/decide", b'{"servers": 5}'), ("/v1/decide", b"[[[["),
+                          ("/v1/decide/batch", b'{"states": "x"}'),
+                          ("/v1/decide", json.dumps(body).encode())):
+            response = client.post(path, content=raw,
+                                   headers={"content-type": "application/json"})
+            assert response.status_code == 401, (path, raw, response.text)
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        assert client.post("/v1/decide", json=body, headers=auth).status_code == 200
+        assert client.post("/v1/decide", json={"servers": 5}, headers=auth).status_code == 422
+        assert client.get("/v1/fleet").status_code == 200  # reads stay open
+    finally:
+        BearerAuth.configure(*saved)
+    assert client.post("/v1/decide", json=body).status_code == 200
