@@ -5,6 +5,7 @@ budget and Ray's exit noise (issue 11, items 9, 20, 21, 22). No training runs.""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -192,7 +193,8 @@ def test_help_lists_algorithms_and_every_demo_option_is_described() -> None:
     assert all(algo in top for algo in ALGOS) and "apex_bdq" in top
     demo = _subparser("demo")
     options = [a for a in demo._actions if a.option_strings and a.dest != "help"]  # noqa: SLF001
-    assert len(options) == 6 and all(a.help for a in options)
+    assert len(options) >= 6 and all(a.help for a in options)
+    assert {"--report-md", "--report-img"} <= {o for a in options for o in a.option_strings}
     text = _help(demo)
     assert "(default: 9600)" in text and "(default: cloudrl-demo)" in text
 
@@ -331,8 +333,9 @@ def test_init_ray_installs_the_hook_and_mentions_a_new_token(
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", fake_init)
     ray_utils.init_ray(num_cpus=1)
-    assert calls[0]["runtime_env"] == {"worker_process_setup_hook":
-                                       "cloudrl.ray_utils.quiet_worker_exit"}
+    assert calls[0]["runtime_env"] == {"worker_process_setup_hook": ray_utils.SETUP_HOOK}
+    module, _, name = ray_utils.SETUP_HOOK.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), name))  # the hook resolves
     assert f"Ray wrote an auth token to {tmp_path / '.ray' / 'auth_token'}" in \
         capsys.readouterr().out
     ray_utils.init_ray(num_cpus=1)  # the token exists now: nothing to say
