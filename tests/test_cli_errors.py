@@ -1,6 +1,6 @@
 """The CLI's user experience: every command's bad input is one stderr line naming the
 file, field or value, exit code 2, no traceback; help texts; where outputs go; the demo's
-budget and Ray's exit noise (issue 11, items 9, 20, 21, 22). No training runs."""
+budget and Ray's exit noise. No training runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The decision service under hostile or broken input, over real HTTP (issue 11, items 1-6).
+"""The decision service under hostile or broken input, over real HTTP: hostile bodies,
+floods, broken models, restarts.
 
 One app per module, with Serve's health check every 0.5 s so that a canary which breaks
 at run time is caught within seconds: broken canaries are refused or dropped and never
