@@ -17,6 +17,7 @@ sums such as ``tick + deadline`` stay far inside int64 (``check`` enforces both)
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 POWER_STATES = ("active", "asleep", "waking")  # index = the simulator's state code
