@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from envs.scenario.control import PlanView, plan_view
+from envs.scenario.control import PlanView, plan_view, release_and_ready
 from envs.scenario.sim import ScenarioSim
 
 
@@ -103,14 +103,3 @@ class SignalAwareDeferral:
                 if cfg.guard_hours > 0 else 0.0
             release = max(cfg.release_util - growth / v.fleet_cores, 0.0)
         return release_and_ready(v, release, cfg.ready_margin)
-
-
-def release_and_ready(v: PlanView, release_util: float, margin: float) -> tuple[float, float]:
-    """``release_util`` as given; ready cores for the forecast latency-critical peak before a
-    boot could finish, times ``1 + margin``, plus committed batch work and the spare."""
-    window = max(1, v.boot_ticks + v.decision_ticks)
-    lc_now = float(v.running[0, 0] + v.queued[0]) if v.running.shape[1] else v.queued[0]
-    lc_peak = max(float(v.load_fc[0, :window].max(initial=0.0)), lc_now)
-    batch_now = float(v.running[1, 0] + v.queued[1]) if v.running.shape[1] else v.queued[1]
-    ready = lc_peak * (1.0 + margin) + batch_now + v.spare_cores
-    return release_util, min(ready, v.fleet_cores)

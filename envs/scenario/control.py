@@ -71,6 +71,18 @@ def plan_view(sim: ScenarioSim) -> PlanView:
         boot_ticks=cfg.boot_ticks, resume_ticks=cfg.resume_ticks)
 
 
+def release_and_ready(v: PlanView, release_util: float, margin: float) -> tuple[float, float]:
+    """``release_util`` as given; ready cores for the forecast latency-critical peak before a
+    boot could finish, times ``1 + margin``, plus committed batch work and the spare (the
+    heuristic's wake-ahead and the env's ready levels)."""
+    window = max(1, v.boot_ticks + v.decision_ticks)
+    lc_now = float(v.running[0, 0] + v.queued[0]) if v.running.shape[1] else v.queued[0]
+    lc_peak = max(float(v.load_fc[0, :window].max(initial=0.0)), lc_now)
+    batch_now = float(v.running[1, 0] + v.queued[1]) if v.running.shape[1] else v.queued[1]
+    ready = lc_peak * (1.0 + margin) + batch_now + v.spare_cores
+    return release_util, min(ready, v.fleet_cores)
+
+
 class Controller(Protocol):
     """Anything that sets the two standing decisions of a scenario."""
 

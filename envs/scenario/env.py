@@ -30,7 +30,7 @@ from gymnasium import spaces
 
 from envs.scenario.catalog import load_scenario
 from envs.scenario.config import ScenarioConfig
-from envs.scenario.control import PlanView, plan_view
+from envs.scenario.control import PlanView, plan_view, release_and_ready
 from envs.scenario.sim import ACTIVE, BOOTING, OFF, RESUMING, SUSPENDED, ScenarioSim
 
 RELEASE_LEVELS = (0.0, 0.3, 0.45, 0.6, 0.75, 0.9)
@@ -46,16 +46,6 @@ OBS_NAMES = (
        "lc_queued", "batch_queued", "pool_work", "pool_due_1h", "pool_due_4h", "pool_due_12h",
        "ticks_left")
 )
-
-
-def release_ready(v: PlanView, release_util: float, margin: float) -> tuple[float, float]:
-    """The two controls from a release target and a ready margin (see the docstring)."""
-    window = max(1, v.boot_ticks + v.decision_ticks)
-    lc_now = float(v.running[0, 0] + v.queued[0])
-    lc_peak = max(float(v.load_fc[0, :window].max(initial=0.0)), lc_now)
-    batch_now = float(v.running[1, 0] + v.queued[1])
-    ready = lc_peak * (1.0 + margin) + batch_now + v.spare_cores
-    return release_util, min(ready, v.fleet_cores)
 
 
 def observe(sim: ScenarioSim, v: PlanView) -> np.ndarray:
@@ -134,7 +124,7 @@ class ScenarioEnv(gym.Env):
     def step(self, action):
         assert self._view is not None, "reset() first"
         i, j = self.decode(action)
-        self.sim.set_controls(*release_ready(self._view, RELEASE_LEVELS[i], READY_MARGINS[j]))
+        self.sim.set_controls(*release_and_ready(self._view, RELEASE_LEVELS[i], READY_MARGINS[j]))
         totals = dict.fromkeys(("cost_usd", "energy_usd", "carbon_usd", "sla_usd",
                                 "energy_kwh", "grid_kwh", "carbon_kg"), 0.0)
         viol = [0, 0]

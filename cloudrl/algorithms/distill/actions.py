@@ -2,7 +2,7 @@
 
 The scenario env turns action ``(i, j)`` into the controls ``(RELEASE_LEVELS[i],
 ready(j))`` with ``ready(j) = min(lc_peak * (1 + READY_MARGINS[j]) + batch_now + spare,
-fleet)`` (:func:`envs.scenario.env.release_ready`). The MPC sets ``(release_util,
+fleet)`` (:func:`envs.scenario.control.release_and_ready`). The MPC sets ``(release_util,
 ready_cores)`` freely; :func:`nearest_action` picks the release level nearest to its
 ``release_util`` and the margin whose ready cores are nearest to its ``ready_cores``
 (the two controls are set independently, so this is the nearest action jointly; ties go
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.scenario.control import Controller, PlanView, plan_view
-from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS, release_ready
+from envs.scenario.control import Controller, PlanView, plan_view, release_and_ready
+from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS
 from envs.scenario.sim import ScenarioSim
 
 _RELEASE = np.asarray(RELEASE_LEVELS, dtype=float)
@@ -24,13 +24,13 @@ _RELEASE = np.asarray(RELEASE_LEVELS, dtype=float)
 def action_controls(v: PlanView, action: tuple[int, int]) -> tuple[float, float]:
     """The controls the env sets for ``action`` in the state seen by ``v``."""
     i, j = int(action[0]), int(action[1])
-    return release_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
+    return release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
 
 
 def nearest_action(v: PlanView, release_util: float, ready_cores: float) -> tuple[int, int]:
     """The env action whose controls are nearest to ``(release_util, ready_cores)``."""
     i = int(np.argmin(np.abs(_RELEASE - release_util)))
-    ready = np.array([release_ready(v, 0.0, m)[1] for m in READY_MARGINS])
+    ready = np.array([release_and_ready(v, 0.0, m)[1] for m in READY_MARGINS])
     j = int(np.argmin(np.abs(ready - ready_cores)))
     return i, j
 
