@@ -40,6 +40,22 @@ def in_process_service(config: dict):
     return TestClient(app, raise_server_exceptions=False), service
 
 
+def reset_batch_queues(cls) -> None:
+    """Drop the batch queues the in-process run created on ``cls``'s ``@serve.batch``
+    methods. They live in the decorated functions' closures, i.e. on the class; a queue
+    left behind cannot be pickled, and a later test that deploys the class on Serve fails."""
+    from ray.serve.batching import _LazyBatchQueueWrapper
+
+    for name in dir(cls):
+        for cell in getattr(getattr(cls, name, None), "__closure__", None) or ():
+            try:
+                obj = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(obj, _LazyBatchQueueWrapper):
+                obj._queue = None
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     import ray.serve
@@ -49,10 +65,13 @@ def client(tmp_path_factory):
               "env": {"n_servers": N_SERVERS, "workload": "poisson"},
               "state_db": str(tmp_path_factory.mktemp("bad_input") / "state.db"),
               "auth_token": TOKEN, "max_body_bytes": 2_000_000}
-    test_client, _ = in_process_service(config)
-    with test_client:  # one event loop for every request: Serve's batch queue lives on it
-        yield test_client
-    ray.serve.get_replica_context = original
+    test_client, service = in_process_service(config)
+    try:
+        with test_client:  # one event loop for every request: Serve's batch queue lives on it
+            yield test_client
+    finally:
+        ray.serve.get_replica_context = original
+        reset_batch_queues(type(service))
 
 
 def _decide_body(client) -> dict:
