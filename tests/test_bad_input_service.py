@@ -42,18 +42,15 @@ def in_process_service(config: dict):
 
 def reset_batch_queues(cls) -> None:
     """Drop the batch queues the in-process run created on ``cls``'s ``@serve.batch``
-    methods. They live in the decorated functions' closures, i.e. on the class; a queue
-    left behind cannot be pickled, and a later test that deploys the class on Serve fails."""
+    methods. They live with the decorated functions, i.e. on the class; a queue left behind
+    cannot be pickled, and a later test that deploys the class on Serve would fail."""
     from ray.serve.batching import _LazyBatchQueueWrapper
 
     for name in dir(cls):
-        for cell in getattr(getattr(cls, name, None), "__closure__", None) or ():
-            try:
-                obj = cell.cell_contents
-            except ValueError:
-                continue
-            if isinstance(obj, _LazyBatchQueueWrapper):
-                obj._queue = None
+        setter = getattr(getattr(cls, name, None), "set_max_batch_size", None)
+        wrapper = getattr(setter, "__self__", None)
+        if isinstance(wrapper, _LazyBatchQueueWrapper):
+            wrapper._queue = None
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +69,9 @@ def client(tmp_path_factory):
     finally:
         ray.serve.get_replica_context = original
         reset_batch_queues(type(service))
+        app = type(service).__init__.__globals__["api"]
+        app.__dict__.pop("openapi", None)  # the instance's bound method (and its sqlite store)
+        app.openapi_schema = None
 
 
 def _decide_body(client) -> dict:
