@@ -91,7 +91,13 @@ def run_controllers(cfg: ScenarioConfig, specs: list[ControllerSpec], seeds: lis
     if workers == 1:
         parts = [_work(job) for job in jobs]
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        # a learned controller runs torch, which can deadlock in a forked child once the
+        # parent has started its thread pools: those workers start fresh ("spawn")
+        import multiprocessing
+
+        ctx = multiprocessing.get_context(
+            "spawn" if any(s.kind == "learned" for s in specs) else None)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             parts = list(pool.map(_work, jobs))
     by = {(i, s): m for part in parts for i, s, m in part}
     return [[by[(i, s)] for s in seeds] for i in range(len(specs))]
