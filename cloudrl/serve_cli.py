@@ -17,19 +17,47 @@ def service_config(args: argparse.Namespace) -> Any:
     from serve_apps.service_config import ServiceConfig
 
     overrides: dict[str, Any] = {}
-    if args.checkpoint or args.policy:
-        overrides["policy"] = args.checkpoint or args.policy
+    scenario_policy = _scenario_policy(args)
+    checkpoint = None if scenario_policy == f"learned:{args.checkpoint}" else args.checkpoint
+    if checkpoint or args.policy:
+        overrides["policy"] = checkpoint or args.policy
     for key in ("canary", "canary_weight", "interface", "state_db"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.n_servers is not None or args.workload is not None:
         overrides["env"] = {k: v for k, v in (("n_servers", args.n_servers),
                                               ("workload", args.workload)) if v is not None}
-    scenario = {k: v for k, v in (("name", args.scenario), ("policy", args.scenario_policy))
+    scenario = {k: v for k, v in (("name", args.scenario), ("policy", scenario_policy))
                 if v is not None}
     if scenario:
         overrides["scenario"] = scenario
     return load_config(ServiceConfig, args.config, overrides)
+
+
+def is_scenario_checkpoint(path: str) -> bool:
+    """A ``cloudrl scenarios distill`` checkpoint (``policy.json`` or ``policy.pt``), not
+    a ``cloudrl train`` one (``cloudrl.json``)."""
+    from pathlib import Path
+
+    p = Path(path)
+    return not (p / "cloudrl.json").is_file() and any(
+        (p / name).is_file() for name in ("policy.json", "policy.pt"))
+
+
+def _scenario_policy(args: argparse.Namespace) -> str | None:
+    """The scenario's controller: ``--scenario-policy``; ``learned`` takes its checkpoint
+    from ``--checkpoint``; with ``--scenario`` and no ``--scenario-policy``, a
+    ``--checkpoint`` that is a scenario checkpoint is the scenario's learned policy."""
+    policy = args.scenario_policy
+    if policy == "learned":
+        if not args.checkpoint:
+            raise ConfigError("--scenario-policy learned needs --checkpoint DIR (a checkpoint "
+                              "of 'cloudrl scenarios distill', e.g. checkpoints/scarcity_spikes)")
+        return f"learned:{args.checkpoint}"
+    if policy is None and args.scenario and args.checkpoint and \
+            is_scenario_checkpoint(args.checkpoint):
+        return f"learned:{args.checkpoint}"
+    return policy
 
 
 def check_policies(cfg: Any) -> None:
@@ -131,7 +159,9 @@ def register(sub: Any) -> None:
                                       "or heuristic")
     sv.add_argument("--config", metavar="YAML", help="ServiceConfig fields (CLOUDRL__* env "
                                                    "vars and flags override)")
-    sv.add_argument("--checkpoint", help="trained checkpoint dir (from cloudrl train)")
+    sv.add_argument("--checkpoint", help="trained checkpoint dir (from cloudrl train); with "
+                    "--scenario-policy learned (or --scenario and a scenario checkpoint "
+                    "dir): the scenario's learned policy (from cloudrl scenarios distill)")
     sv.add_argument("--policy", help="or heuristic:NAME / python:MODULE:FACTORY "
                                      "(default heuristic:power_aware)")
     sv.add_argument("--canary", help="second policy version at start")
@@ -143,7 +173,8 @@ def register(sub: Any) -> None:
     sv.add_argument("--scenario", help="also serve this scenario on /v1/scenario/decide "
                                        "(cloudrl scenarios list)")
     sv.add_argument("--scenario-policy", help="the scenario's controller: signal_aware "
-                    "(default), mpc, learned:PATH or python:MODULE:FACTORY")
+                    "(default), mpc, learned (with --checkpoint DIR), learned:DIR or "
+                    "python:MODULE:FACTORY")
     sv.add_argument("--state-db", help="SQLite file (default results/serve/state.db)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)

@@ -5,9 +5,10 @@ Part of :class:`serve_apps.service_config.ServiceConfig` (``scenario:``), or
 
 * ``signal_aware``: :class:`cloudrl.heuristics.signal_aware.SignalAwareDeferral`;
 * ``mpc``: :class:`cloudrl.mpc.forecast_mpc.ForecastMPC` (HiGHS);
-* ``learned:PATH``: a checkpoint written by ``cloudrl scenarios distill``, served once its
-  controller decides from a ``PlanView`` alone (``decide_view``); until then it is refused
-  with a line saying so;
+* ``learned:PATH``: a checkpoint written by ``cloudrl scenarios distill`` for this scenario
+  (:class:`cloudrl.algorithms.distill.policy.ServedLearnedController`; ``params``:
+  ``threads``, torch threads per forward, default 1); a relative ``PATH`` is made absolute
+  here, where the config is read (replicas may run in another directory);
 * ``python:MODULE:FACTORY``: ``FACTORY()`` returns an object with ``reset(sim)`` and
   ``decide_view(view) -> (release_util, ready_cores)`` (fault drills:
   :mod:`serve_apps.scenario_faults`).
@@ -18,6 +19,7 @@ tuned ones). The signal-aware rule with its defaults is the fallback.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -50,8 +52,9 @@ class ScenarioServing(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy_form(cls, policy: str) -> str:
-        if policy in BUILTIN or (policy.startswith("learned:") and len(policy) > 8) or \
-                (policy.startswith("python:") and policy.count(":") == 2):
+        if policy.startswith("learned:") and len(policy) > 8:
+            return "learned:" + str(Path(policy[8:]).expanduser().absolute())
+        if policy in BUILTIN or (policy.startswith("python:") and policy.count(":") == 2):
             return policy
         raise ValueError(f"policy {policy!r}: expected signal_aware, mpc, learned:PATH or "
                          f"python:MODULE:FACTORY")

@@ -119,7 +119,9 @@ class ScenarioState(BaseModel):
     ticks_left: Ticks | None = Field(  # type: ignore[valid-type]
         default=None, description="ticks until the episode ends (default: a whole episode)")
     hour_of_week: Annotated[Float, Field(ge=0.0, lt=168.0)] | None = Field(
-        default=None, description="hours since Monday 00:00 (informational)")
+        default=None, description="hours since Monday 00:00 at this tick (required when a "
+                                  "learned policy is served: it observes the time of week; "
+                                  "informational otherwise)")
     decision_ticks: _int(1, MAX_FORECAST) | None = Field(  # type: ignore[valid-type]
         default=None, description="ticks until the next decision (default: the scenario's)")
     price_now: Annotated[Float, Field(ge=-MAX_PRICE, le=MAX_PRICE, description="$/MWh")]
@@ -142,7 +144,12 @@ class ScenarioDecision(BaseModel):
                                             "stay within this share of the fleet's cores")
     ready_cores: float = Field(description="cores kept ready (not off)")
     policy: str = Field(description="the controller that answered")
-    decide_ms: float = Field(description="server-side time of this decision, ms")
+    decide_ms: float = Field(description="server-side time of this decision, ms: from the "
+                                         "validated request to the answer, in the replica")
+    controller_ms: float | None = Field(default=None, description="the configured "
+                                        "controller's decide_view alone, ms (the MPC: its LP "
+                                        "and HiGHS solve; the learned policy: observation and "
+                                        "forward); null when it did not answer")
     fallback: bool = Field(description="true when the configured controller did not answer")
     reason: str | None = Field(default=None, description="why the fallback answered or the "
                                                          "controls were clamped")

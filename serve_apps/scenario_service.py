@@ -15,7 +15,17 @@ the two standing controls. The shield:
 * nothing the controller does becomes a 5xx: a state that does not fit the scenario is
   a 422 (:func:`serve_apps.scenario_state.view_of`) before the controller runs.
 
-``decide_ms`` is the server-side time from the validated request to the answer.
+``decide_ms`` is the server-side time from the validated request to the answer, measured
+in the replica for every policy; ``controller_ms`` the configured controller's
+``decide_view`` alone, timed in its worker thread (the MPC: building and solving its LP;
+the learned policy: its observation and forward pass). ``GET /v1/scenario`` reports both
+as p50 and p99 over the replica's last 10,000 requests.
+
+``learned:PATH`` serves a ``cloudrl scenarios distill`` checkpoint
+(:class:`cloudrl.algorithms.distill.policy.ServedLearnedController`): it observes exactly
+what the env observes in the same state, so it needs the request's ``hour_of_week`` (422
+without it) and reads the fleet by power state; a checkpoint trained on another scenario
+is refused when the service is built.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from envs.scenario.control import PlanView
 from envs.scenario.sim import ScenarioSim
 from serve_apps.scenario_config import ScenarioServing
 from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
-from serve_apps.scenario_state import state_of, view_of
+from serve_apps.scenario_state import observed_view_of, state_of, view_of
 
 SAFE = "safe_constant"
 
@@ -44,8 +54,11 @@ class ScenarioPolicyError(ValueError):
     """A scenario policy that does not load or cannot be served."""
 
 
-def load_controller(spec: str, params: dict[str, Any]) -> Any:
-    """The controller of ``spec`` (see :mod:`serve_apps.scenario_config`), not yet reset."""
+def load_controller(spec: str, params: dict[str, Any], scenario: str | None = None) -> Any:
+    """The controller of ``spec`` (see :mod:`serve_apps.scenario_config`), not yet reset.
+    With ``scenario``, a learned checkpoint trained on another scenario is refused."""
+    if spec.startswith("learned:"):
+        return _load_learned(spec.split(":", 1)[1], params, scenario)
     try:
         if spec == "signal_aware":
             from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
@@ -55,10 +68,6 @@ def load_controller(spec: str, params: dict[str, Any]) -> Any:
             from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 
             ctrl = ForecastMPC(MPCConfig(**params))
-        elif spec.startswith("learned:"):
-            from cloudrl.algorithms.distill.policy import load_controller as load_learned
-
-            ctrl = load_learned(spec.split(":", 1)[1])
         elif spec.startswith("python:"):
             _, module, factory = spec.split(":")
             ctrl = getattr(importlib.import_module(module), factory)(**params)
@@ -74,8 +83,43 @@ def load_controller(spec: str, params: dict[str, Any]) -> Any:
         raise ScenarioPolicyError(
             f"policy {spec!r}: {type(ctrl).__name__} has no decide_view(view) (it decides "
             f"only from an in-process simulator), so the service cannot run it from a "
-            f"request; serve signal_aware or mpc")
+            f"request; serve signal_aware, mpc or learned:PATH")
     return ctrl
+
+
+def _load_learned(path: str, params: dict[str, Any], scenario: str | None) -> Any:
+    """The served learned controller of the checkpoint at ``path``; ScenarioPolicyError
+    names the checkpoint and what is wrong (missing, broken, another scenario's)."""
+    unknown = sorted(set(params) - {"threads"})
+    if unknown:
+        raise ScenarioPolicyError(f"policy 'learned:{path}': unknown params {unknown} (the "
+                                  f"learned policy takes only 'threads')")
+    try:
+        from cloudrl.algorithms.distill.policy import CheckpointError, load_served_controller
+    except Exception as e:  # noqa: BLE001 - torch or the module does not import here
+        raise ScenarioPolicyError(f"policy 'learned:{path}' does not load: "
+                                  f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+    try:
+        return load_served_controller(path, scenario, threads=params.get("threads", 1))
+    except CheckpointError as e:
+        raise ScenarioPolicyError(" ".join(str(e).split())) from None
+    except Exception as e:  # noqa: BLE001 - any loader failure names the checkpoint
+        raise ScenarioPolicyError(f"--checkpoint {path} does not load: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split())}") from None
+
+
+def _timed(fn: Any, view: PlanView) -> tuple[Any, float]:
+    """``fn(view)`` and its wall time in ms (in the calling worker thread)."""
+    t0 = time.perf_counter()
+    out = fn(view)
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def _percentiles(values: deque[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    arr = np.fromiter(values, dtype=float)
+    return float(np.median(arr)), float(np.percentile(arr, 99))
 
 
 def _pair(out: Any) -> tuple[float, float]:
@@ -93,7 +137,8 @@ class ScenarioService:
         self.cfg = cfg
         self.scenario = load_scenario(cfg.name)
         self.sim = ScenarioSim(self.scenario)
-        self.controller = load_controller(cfg.policy, cfg.params)
+        self.controller = load_controller(cfg.policy, cfg.params, cfg.name)
+        self.observed = bool(getattr(self.controller, "needs_observed_view", False))
         self.controller.reset(self.sim)
         from cloudrl.heuristics.signal_aware import SignalAwareDeferral
 
@@ -103,6 +148,7 @@ class ScenarioService:
             else cfg.policy
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scenario")
         self.decide_ms: deque[float] = deque(maxlen=10_000)
+        self.controller_ms: deque[float] = deque(maxlen=10_000)
         self.counts = {"requests": 0, "fallbacks": 0, "clamped": 0}
         self._example = state_of(self.sim)  # the scenario's first tick on seed 0
 
@@ -117,12 +163,15 @@ class ScenarioService:
     async def decide(self, state: ScenarioState) -> ScenarioDecision:
         start = time.perf_counter()
         view = view_of(state, self.sim)  # StateError: 422 naming the field
-        reason = None
+        if self.observed:
+            view = observed_view_of(view, state)  # StateError without hour_of_week
+        reason, controller_ms = None, None
         try:
             loop = asyncio.get_running_loop()
-            out = await asyncio.wait_for(
-                loop.run_in_executor(self._pool, self.controller.decide_view, view),
+            out, controller_ms = await asyncio.wait_for(
+                loop.run_in_executor(self._pool, _timed, self.controller.decide_view, view),
                 self.cfg.decide_timeout_s)
+            self.controller_ms.append(controller_ms)
             release, ready = _pair(out)
             policy, fallback = self.policy_name, False
         except TimeoutError:
@@ -149,13 +198,15 @@ class ScenarioService:
         self.counts["requests"] += 1
         self.counts["fallbacks"] += int(fallback)
         return ScenarioDecision(release_util=release_c, ready_cores=ready_c, policy=policy,
-                                decide_ms=ms, fallback=fallback, reason=reason)
+                                decide_ms=ms, controller_ms=controller_ms, fallback=fallback,
+                                reason=reason)
 
     # ------------------------------------------------------------------ describing
     def info(self) -> dict[str, Any]:
         """What a client needs to build a valid request, and this replica's counters."""
         sc, sim = self.scenario, self.sim
-        times = np.array(self.decide_ms) if self.decide_ms else np.array([np.nan])
+        decide_p50, decide_p99 = _percentiles(self.decide_ms)
+        controller_p50, controller_p99 = _percentiles(self.controller_ms)
         return {
             "scenario": sc.name, "description": sc.description, "policy": self.cfg.policy,
             "fallback": "signal_aware", "horizon_ticks": sim.horizon_ticks,
@@ -165,7 +216,9 @@ class ScenarioService:
             "resume_ticks": sc.resume_ticks, "max_release_util": self.cfg.max_release_util,
             "decide_timeout_s": self.cfg.decide_timeout_s,
             "counters": dict(self.counts),
-            "decide_ms_p50": None if np.isnan(times).all() else float(np.median(times)),
+            "decide_ms_p50": decide_p50, "decide_ms_p99": decide_p99,
+            "controller_ms_p50": controller_p50, "controller_ms_p99": controller_p99,
+            "requires_hour_of_week": self.observed,
             "example": self._example,
         }
 

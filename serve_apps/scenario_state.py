@@ -6,6 +6,9 @@ period; one length for the pool's arrays; fleet cores by
 state summing to the scenario's fleet, per-class cores within the fleet) and builds the
 ``PlanView`` the controllers read; a state that does not fit is a
 :class:`serve_apps.state.StateError` naming the field (the service answers 422).
+:func:`observed_view_of` adds what the learned policy's observation reads beyond the view
+(the hour of the week, the fleet by power state): an
+:class:`cloudrl.algorithms.distill.policy.ObservedView`.
 :func:`state_of` is the inverse for a running :class:`ScenarioSim` (what a client, a test
 or the benchmark sends for the simulator's present).
 """
@@ -77,6 +80,22 @@ def view_of(state: ScenarioState, sim: ScenarioSim) -> PlanView:
         active_cores=f.active, coming_cores=f.resuming + f.booting,
         spare_cores=cfg.executor.spare_cores_frac * fleet,
         boot_ticks=cfg.boot_ticks, resume_ticks=cfg.resume_ticks)
+
+
+def observed_view_of(view: PlanView, state: ScenarioState) -> PlanView:
+    """``view`` with the state's ``hour_of_week`` and fleet by power state (an
+    ``ObservedView``, what the learned policy observes); StateError when the state has no
+    ``hour_of_week``."""
+    from cloudrl.algorithms.distill.policy import FLEET_STATES, ObservedView
+
+    if state.hour_of_week is None:
+        raise StateError("hour_of_week", "required by the served learned policy (its "
+                                         "observation reads the time of week): hours since "
+                                         "Monday 00:00 at this tick, in [0, 168)")
+    base = {name: getattr(view, name) for name in PlanView.__dataclass_fields__}
+    return ObservedView(**base, hour_of_week=state.hour_of_week,
+                        fleet_by_state=tuple(float(getattr(state.fleet, k))
+                                             for k in FLEET_STATES))
 
 
 def state_of(sim: ScenarioSim) -> dict[str, Any]:

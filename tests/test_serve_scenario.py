@@ -150,16 +150,18 @@ def test_serve_refuses_a_bad_scenario_or_controller_in_one_line(capsys, argv, wo
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_serve_refuses_a_learned_checkpoint_without_decide_view(capsys, tmp_path):
-    from cloudrl.algorithms.distill.policy import LearnedController, build_module, save_checkpoint
-
-    if callable(getattr(LearnedController, "decide_view", None)):
-        pytest.skip("the learned controller decides from a PlanView: it is served")
-    save_checkpoint(build_module((8,)), tmp_path / "ckpt", (8,), {})
-    assert main(["serve", "--scenario", SCENARIO, "--scenario-policy",
-                 f"learned:{tmp_path / 'ckpt'}", "--port", "18499"]) == 2
+@pytest.mark.parametrize("how", ["learned", "learned:", "detected"])
+def test_serve_refuses_a_learned_checkpoint_of_another_scenario(capsys, how):
+    """The committed scarcity_spikes checkpoint asked to serve tiny: one line, exit 2,
+    however the checkpoint is named (the full matrix: tests/test_serve_scenario_learned.py)."""
+    ckpt = "checkpoints/scarcity_spikes"
+    argv = {"learned": ["--scenario-policy", "learned", "--checkpoint", ckpt],
+            "learned:": ["--scenario-policy", f"learned:{ckpt}"],
+            "detected": ["--checkpoint", ckpt]}[how]
+    assert main(["serve", "--scenario", SCENARIO, *argv, "--port", "18499"]) == 2
     err = capsys.readouterr().err
-    assert "decide_view" in err and len(err.strip().splitlines()) == 1
+    assert "trained on scenario 'scarcity_spikes', not 'tiny'" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ over HTTP
