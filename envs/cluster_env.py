@@ -19,6 +19,22 @@ still passes), costs ``invalid_action_penalty`` and sets
 ``info["invalid_action"]``. An action outside the space raises ValueError.
 Reward = -(alpha * normalized energy + beta * SLA violations + toggle_penalty
 * toggles) - invalid penalty; each term is also in ``info``.
+
+With signals (``EnvConfig.signals``, a ``SignalConfig``), each reset builds the episode's
+price, carbon and solar series and forecasts (``make_signals`` with the episode seed,
+``episode_length + horizon + 1`` ticks of ``sim.tick_seconds``), the observation's
+``macro`` row ends with the signal columns of ``envs.observation.signal_cols``, and a step
+at tick ``t`` drawing ``E`` joules costs, net of the tick's solar energy ``S``:
+``grid = max(E - S, 0)`` kWh at ``price[t]`` ($/MWh) and ``carbon[t]`` (gCO2/kWh), less
+surplus solar ``max(S - E, 0)`` sold at ``export_price_usd_per_mwh`` (when set)::
+
+    energy_usd = grid_kwh * price / 1000 - export_kwh * export_price / 1000
+    carbon_kg  = grid_kwh * carbon / 1000
+    r_signal   = signal_cost_weight * (energy_usd + carbon_kg * carbon_usd_per_tonne / 1000)
+                 / (fleet peak kWh of one tick * $0.1/kWh)
+
+``info`` gains ``energy_usd``, ``carbon_kg`` and ``r_signal`` (negated, like the other
+terms) and the reward is ``-(... + r_signal)``. Without signals (None) nothing changes.
 """
 
 from __future__ import annotations
@@ -32,7 +48,14 @@ from gymnasium import spaces
 
 from envs import kernels
 from envs.env_config import EnvConfig
-from envs.observation import ObservationBuilder, observation_space
+from envs.observation import (
+    EpisodeSignals,
+    ObservationBuilder,
+    episode_signals,
+    observation_space,
+    signal_cols,
+    signal_cost_params,
+)
 from envs.sim import ACTIVE, ASLEEP, ClusterSim, TickOutcome
 from envs.snapshot import ClusterSnapshot
 from envs.workloads import make_workload
@@ -53,6 +76,15 @@ class _ClusterEnvBase(gym.Env):
         self.obs_builder = ObservationBuilder(self.sim, branching=self._branching)
         self._mask = np.zeros(0, dtype=bool)
         self.episode_seed: int | None = None
+        signals = self.config.signals
+        self.signal_cols = signal_cols(signals)
+        self.n_signal = len(self.signal_cols)
+        self.signals: EpisodeSignals | None = None  # the current episode's, from reset()
+        if signals is not None:
+            self.signal_params = signal_cost_params(
+                signals, self.config.carbon_usd_per_tonne, self.config.signal_cost_weight,
+                self.sim.fleet_peak_w, sim_cfg.tick_seconds)
+            self._spar = self.signal_params.tolist()
 
     # subclasses define: action_space, _apply(action) -> (invalid, extra_info)
 
@@ -66,18 +98,31 @@ class _ClusterEnvBase(gym.Env):
                 seed = int(self.np_random.integers(2**31 - 1))
         self.episode_seed = int(seed)
         self.sim.reset(self.episode_seed)
+        if self.n_signal:
+            cfg = self.config.sim
+            sig = episode_signals(self.config.signals, cfg.episode_length, cfg.tick_seconds,
+                                  self.episode_seed, self.sim.fleet_peak_w)
+            self.signals = sig
+            # Python floats for the per-step scalar cost (cheaper than numpy scalars)
+            self._sig_rows = (sig.price.tolist(), sig.carbon.tolist(), sig.solar_j.tolist())
         return self._observe(), {"episode_seed": self.episode_seed}
 
     def step(self, action):
         invalid, extra = self._apply(action)
+        t = self.sim.t
         outcome = self.sim.advance()
         obs = self._observe()
-        reward, info = self._reward(outcome, invalid)
+        reward, info = self._reward(outcome, invalid, t)
         info.update(extra)
         return obs, reward, False, self.sim.done, info
 
     def _observe(self) -> dict[str, np.ndarray]:
-        obs, self._mask = self.obs_builder.observe()
+        if self.n_signal:
+            if self.signals is None:
+                raise RuntimeError("the env has signals: call reset() before observing")
+            obs, self._mask = self.obs_builder.observe(self.signals.features)
+        else:
+            obs, self._mask = self.obs_builder.observe()
         return obs
 
     def observe_snapshot(self, snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
@@ -85,7 +130,11 @@ class _ClusterEnvBase(gym.Env):
 
         The decision service's path: the same observation builder and mask code as
         :meth:`step`. The env is then in that state until the next :meth:`reset`.
+        Snapshots carry no signals: an env with signals refuses them.
         """
+        if self.n_signal:
+            raise ValueError("observe_snapshot: a snapshot carries no price, carbon or solar "
+                             "signals; use an env config without signals")
         self.sim.load_snapshot(snapshot)
         return self._observe()
 
@@ -93,7 +142,9 @@ class _ClusterEnvBase(gym.Env):
         """The action mask of the current state (the same one the observation carries)."""
         return self.obs_builder.observe()[1]
 
-    def _reward(self, out: TickOutcome, invalid: bool) -> tuple[float, dict[str, Any]]:
+    def _reward(self, out: TickOutcome, invalid: bool,
+                t: int = 0) -> tuple[float, dict[str, Any]]:
+        """The reward of a step from tick ``t`` and its ``info`` terms."""
         cfg = self.config.sim
         violations = out.late + out.dropped
         r_energy = cfg.alpha * out.energy_norm
@@ -107,7 +158,28 @@ class _ClusterEnvBase(gym.Env):
             "r_energy": -r_energy, "r_sla": -r_sla, "r_toggle": -r_toggle,
             "r_invalid": -r_invalid,
         }
+        if self.n_signal:
+            r_signal = self._signal_cost(out, t, info)
+            return -(r_energy + r_sla + r_toggle + r_invalid + r_signal), info
         return -(r_energy + r_sla + r_toggle + r_invalid), info
+
+    def _signal_cost(self, out: TickOutcome, t: int, info: dict[str, Any]) -> float:
+        """``r_signal`` of a step from tick ``t``; adds the signal terms to ``info``
+        (``envs.vector_kernels.step_batch`` does the same operations)."""
+        price, carbon, solar = self._sig_rows
+        export_price, carbon_usd_per_kg, reward_per_usd = self._spar
+        energy, solar_j = out.energy_j, solar[t]
+        grid_j = energy - solar_j if energy > solar_j else 0.0
+        export_j = solar_j - energy if solar_j > energy else 0.0
+        grid_kwh = grid_j / 3.6e6
+        energy_usd = grid_kwh * price[t] / 1000.0 - export_j / 3.6e6 * export_price / 1000.0
+        carbon_kg = grid_kwh * carbon[t] / 1000.0
+        cost_usd = energy_usd + carbon_kg * carbon_usd_per_kg
+        r_signal = reward_per_usd * cost_usd
+        info["energy_usd"] = energy_usd
+        info["carbon_kg"] = carbon_kg
+        info["r_signal"] = -r_signal
+        return r_signal
 
     @property
     def action_mask(self) -> np.ndarray:
@@ -124,7 +196,7 @@ class ClusterSchedulingEnv(_ClusterEnvBase):
         self.n_actions = k * n + n + 1
         self.wait_action = k * n + n
         self.action_space = spaces.Discrete(self.n_actions)
-        self.observation_space = observation_space(self.sim, self.n_actions)
+        self.observation_space = observation_space(self.sim, self.n_actions, self.n_signal)
 
     def _apply(self, action) -> tuple[bool, dict[str, Any]]:
         a = action if type(action) is int and 0 <= action < self.n_actions \
@@ -151,7 +223,8 @@ class ClusterBranchingEnv(_ClusterEnvBase):
         self.levels = self.config.sim.priority_levels
         self.branch_sizes = [n + 1] * k + [3] * self.n_tiers + [self.levels]
         self.action_space = spaces.MultiDiscrete(self.branch_sizes)
-        self.observation_space = observation_space(self.sim, int(sum(self.branch_sizes)))
+        self.observation_space = observation_space(self.sim, int(sum(self.branch_sizes)),
+                                                 self.n_signal)
         self._offsets = np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]]).astype(np.int64)
         self._mask_size = int(sum(self.branch_sizes))
         self._sizes_arr = np.asarray(self.branch_sizes, dtype=np.int64)

@@ -6,11 +6,33 @@ queue pressure, arrival and violation estimates, power draw, time features),
 column layout is named here (``SERVER_COLS``, ``JOB_COLS``) so heuristics and
 the decision service read features by name, never by magic index.
 Demands and capacities are in largest-machine units, times in ``TIME_SCALE`` ticks.
+
+With signals (``EnvConfig.signals``), ``macro`` ends with :func:`signal_cols` (the base
+columns keep their indices); their values for every tick of an episode are computed once
+at reset (:func:`episode_signals`) and a step only copies its tick's row:
+
+* ``price_now``: the tick's electricity price / ``PRICE_SCALE`` (100 $/MWh);
+* ``carbon_now``: the tick's grid carbon intensity / ``CARBON_SCALE`` (500 gCO2/kWh);
+* ``price_fc_mean``, ``price_fc_min``: mean and minimum of the price forecast over the
+  next ``horizon_hours`` (``SignalConfig``), minus the price now, / ``PRICE_SCALE``
+  (negative: cheaper ahead);
+* ``carbon_fc_mean``, ``carbon_fc_min``: the same for carbon, / ``CARBON_SCALE``;
+* only when the signals can carry solar (``solar_kwp > 0`` or a ``csv`` source):
+  ``solar_now`` and ``solar_fc_mean`` (on-site solar kW / the fleet's peak kW).
+
+Forecasts are those of :mod:`envs.signals.forecast` (noise growing with lead time, seeded
+by the episode seed), re-issued every ``FORECAST_EVERY_SECONDS`` (one hour, or every tick
+when ticks are longer, and at least once per horizon): the summary at tick ``t`` reads the
+forecast issued at the last issue tick ``t0 <= t`` for ticks ``t+1 .. t+H``. That keeps a
+whole episode's summaries O(episode ticks x horizon hours) at reset instead of
+O(episode ticks x horizon ticks).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from gymnasium import spaces
@@ -18,6 +40,9 @@ from gymnasium import spaces
 from envs import kernels
 from envs import vector_kernels as vk
 from envs.sim import ClusterSim
+
+if TYPE_CHECKING:
+    from envs.signals import SignalConfig, SignalSeries
 
 TIME_SCALE = 100.0  # ticks; times in features are divided by this
 RUNNING_SCALE = 10.0
@@ -35,20 +60,43 @@ MACRO_TAIL = (
 )
 
 
-def macro_size(n_tiers: int) -> int:
-    return 4 * n_tiers + len(MACRO_TAIL)
+SIGNAL_COLS = ("price_now", "carbon_now", "price_fc_mean", "price_fc_min", "carbon_fc_mean",
+               "carbon_fc_min")
+SOLAR_COLS = ("solar_now", "solar_fc_mean")
+PRICE_SCALE = 100.0  # $/MWh
+CARBON_SCALE = 500.0  # gCO2/kWh
+FORECAST_EVERY_SECONDS = 3600.0
+USD_PER_KWH_REF = 0.1  # the reward's dollar term is in ticks at fleet peak power at $100/MWh
+
+
+def macro_size(n_tiers: int, n_signal: int = 0) -> int:
+    """Length of the macro row: the base columns, then ``n_signal`` signal columns."""
+    return 4 * n_tiers + len(MACRO_TAIL) + n_signal
+
+
+def signal_has_solar(signals: SignalConfig) -> bool:
+    """Whether the signals can carry on-site solar (configured PV, or a file's column)."""
+    return signals.solar_kwp > 0 or signals.source == "csv"
+
+
+def signal_cols(signals: SignalConfig | None) -> tuple[str, ...]:
+    """The signal columns appended to ``macro`` (none without signals)."""
+    if signals is None:
+        return ()
+    return SIGNAL_COLS + (SOLAR_COLS if signal_has_solar(signals) else ())
 
 
 def server_features(n_tiers: int) -> int:
     return len(SERVER_COLS) + n_tiers
 
 
-def observation_space(sim: ClusterSim, mask_size: int) -> spaces.Dict:
-    """The Dict space of both envs; only the mask length differs between interfaces."""
+def observation_space(sim: ClusterSim, mask_size: int, n_signal: int = 0) -> spaces.Dict:
+    """The Dict space of both envs; only the mask length differs between interfaces (and
+    the macro length, by the ``n_signal`` signal columns)."""
     n, t, k = sim.fleet.n_servers, sim.fleet.n_tiers, sim.cfg.queue_window
     f32 = np.float32
     return spaces.Dict({
-        "macro": spaces.Box(-np.inf, np.inf, (macro_size(t),), f32),
+        "macro": spaces.Box(-np.inf, np.inf, (macro_size(t, n_signal),), f32),
         "servers": spaces.Box(-np.inf, np.inf, (n, server_features(t)), f32),
         "jobs": spaces.Box(-np.inf, np.inf, (k, len(JOB_COLS)), f32),
         "action_mask": spaces.Box(0.0, 1.0, (mask_size,), f32),
@@ -113,8 +161,12 @@ class ObservationBuilder:
         ipar[vk.Q_TIERS] = t
         self.fpar, self.ipar = fpar, ipar
 
-    def observe(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """(the Dict observation of the current tick, its bool action mask); fresh arrays."""
+    def observe(self, signal_features: np.ndarray | None = None
+                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(the Dict observation of the current tick, its bool action mask); fresh arrays.
+
+        ``signal_features``: the episode's (ticks + 1, n_signal) table of signal columns
+        (:class:`EpisodeSignals`); the current tick's row is appended to ``macro``."""
         sim = self.sim
         macro, servers, jobs, mask, mask_f = kernels.observe_env(
             sim.dyn, np.array(sim.queue, dtype=np.int64), sim.job_cpu, sim.job_mem,
@@ -122,4 +174,89 @@ class ObservationBuilder:
             sim.arrival_ema, sim.violation_ema, self._cpu_cap, self._mem_cap, self._tier,
             self._static, self._flag_scale, self._tier_norm, self._sin, self._cos, self.fpar,
             self.ipar)
+        if signal_features is not None:
+            macro = np.concatenate((macro, signal_features[sim.t]))
         return {"macro": macro, "servers": servers, "jobs": jobs, "action_mask": mask_f}, mask
+
+
+# ---------------------------------------------------------------------- signals
+@dataclass(frozen=True, eq=False)
+class EpisodeSignals:
+    """One episode's signals, precomputed at reset and indexed by tick.
+
+    ``price``, ``carbon``, ``solar_j`` (float64, one value per stepped tick 0..L-1): $/MWh,
+    gCO2/kWh and on-site solar energy of the tick in joules; ``features`` (float32,
+    (L + 1, n_signal)): the macro signal columns of the observation at ticks 0..L;
+    ``series``: the whole :class:`envs.signals.SignalSeries` (L + horizon + 1 ticks)."""
+
+    series: SignalSeries
+    price: np.ndarray
+    carbon: np.ndarray
+    solar_j: np.ndarray
+    features: np.ndarray
+    forecast_every: int
+    horizon_ticks: int
+
+
+def forecast_summary(series: SignalSeries, seed: int, error: float, horizon: int,
+                     every: int, n_obs: int, rows: tuple[int, ...] = (0, 1, 2)
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, min) of the forecast over ticks ``t+1 .. t+horizon`` for ``t < n_obs``, each
+    (len(rows), n_obs), where the forecast seen at ``t`` is the one issued at
+    ``t0 = t - t % every`` (``envs.signals.forecast`` with ``seed``; ``1 <= every <=
+    horizon``). Rows are price, carbon, solar (``rows`` picks them).
+
+    The forecast values are those of ``forecast(series, t0, horizon + every - 1, error,
+    seed)`` bit for bit, so the window minimum is exact and the mean equal up to rounding;
+    one compiled pass (``envs.vector_kernels.forecast_window_stats``)."""
+    from envs.signals.forecast import Forecaster
+
+    if not 1 <= every <= horizon:
+        raise ValueError(f"every: must be in 1..horizon ({horizon}), got {every}")
+    sel = list(rows)
+    truth = np.stack([series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw])[sel]
+    paths = Forecaster(series, seed).paths[sel] if error != 0 else np.zeros_like(truth)
+    out_mean = np.empty((len(sel), n_obs))
+    out_min = np.empty((len(sel), n_obs))
+    vk.forecast_window_stats(truth, np.ascontiguousarray(paths), float(error), int(horizon),
+                             int(every), out_mean, out_min)
+    return out_mean, out_min
+
+
+def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: float,
+                    seed: int, peak_w: float) -> EpisodeSignals:
+    """The :class:`EpisodeSignals` of the episode of ``seed`` (see the module docstring)."""
+    from envs.signals import make_signals
+
+    horizon = signals.horizon_ticks(tick_seconds)
+    every = min(horizon, max(1, int(FORECAST_EVERY_SECONDS // tick_seconds)))
+    series = make_signals(signals, episode_length + horizon + 1, tick_seconds, seed)
+    solar = signal_has_solar(signals)
+    rows = (0, 1, 2) if solar else (0, 1)
+    fc_mean, fc_min = forecast_summary(series, seed, signals.forecast_error, horizon, every,
+                                       episode_length + 1, rows)
+    n_obs = episode_length + 1
+    price = series.price_usd_per_mwh[:n_obs]
+    carbon = series.carbon_g_per_kwh[:n_obs]
+    cols = [price / PRICE_SCALE, carbon / CARBON_SCALE,
+            (fc_mean[0] - price) / PRICE_SCALE, (fc_min[0] - price) / PRICE_SCALE,
+            (fc_mean[1] - carbon) / CARBON_SCALE, (fc_min[1] - carbon) / CARBON_SCALE]
+    if solar:
+        peak_kw = peak_w / 1000.0
+        cols += [series.solar_kw[:n_obs] / peak_kw, fc_mean[2] / peak_kw]
+    features = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
+    return EpisodeSignals(
+        series=series, price=np.ascontiguousarray(price[:episode_length]),
+        carbon=np.ascontiguousarray(carbon[:episode_length]),
+        solar_j=series.solar_kw[:episode_length] * 1000.0 * tick_seconds,
+        features=features, forecast_every=every, horizon_ticks=horizon)
+
+
+def signal_cost_params(signals: SignalConfig, carbon_usd_per_tonne: float, weight: float,
+                       peak_w: float, tick_seconds: float) -> np.ndarray:
+    """The float parameters of the step's dollar cost (``vector_kernels.S_*``)."""
+    spar = np.zeros(vk.N_SPAR)
+    spar[vk.S_EXPORT_USD_PER_MWH] = float(signals.export_price_usd_per_mwh or 0.0)
+    spar[vk.S_CARBON_USD_PER_KG] = carbon_usd_per_tonne / 1000.0
+    spar[vk.S_REWARD_PER_USD] = weight / (peak_w * tick_seconds / 3.6e6 * USD_PER_KWH_REF)
+    return spar

@@ -17,6 +17,11 @@ gymnasium's default ``NEXT_STEP`` (the step after an episode ends resets that
 sub-env, ignores its action and returns reward 0 and the reset info), and infos
 are gymnasium's dict of arrays with ``_key`` masks. ``options={"reset_mask": m}``
 resets only the sub-envs in ``m``.
+
+With signals (``EnvConfig.signals``) each sub-env's episode tables (per-tick price,
+carbon and solar energy; the macro signal columns of every tick) are built at its reset
+by its single env and copied into stacked ``(B, ticks, ...)`` arrays; the kernel indexes
+them by tick (no per-step Python work per sub-env).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from envs.env_config import EnvConfig
 # info keys in the single env's order, with the Python type of their values
 _STEP_INFO_KEYS = ("energy_kwh", "energy_norm", "violations", "late", "dropped", "finished",
                    "toggles", "invalid_action", "r_energy", "r_sla", "r_toggle", "r_invalid")
+_SIGNAL_INFO_KEYS = ("energy_usd", "carbon_kg", "r_signal")
 _F_COL = {k: i for i, k in enumerate(vk.INFO_F)}
 _I_COL = {k: i for i, k in enumerate(vk.INFO_I)}
 
@@ -63,7 +69,9 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._branching = isinstance(first, ClusterBranchingEnv)
-        self._info_keys = _STEP_INFO_KEYS + (("placement_conflicts",) if self._branching else ())
+        self._n_signal = first.n_signal
+        self._info_keys = _STEP_INFO_KEYS + (_SIGNAL_INFO_KEYS if self._n_signal else ()) \
+            + (("placement_conflicts",) if self._branching else ())
         self._static_arrays(first)
         self._obs_shapes = [(key, (self.num_envs, *space.shape))
                             for key, space in self.single_observation_space.items()]
@@ -93,6 +101,7 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         self._fpar, self._ipar = ob.fpar.copy(), ob.ipar.copy()
         if self._branching:
             self._sizes = np.asarray(env.branch_sizes, dtype=np.int64)
+        self._spar = env.signal_params.copy() if env.n_signal else np.zeros(vk.N_SPAR)
 
     def _alloc(self, job_capacity: int) -> None:
         b, n, cap = self.num_envs, self.n_servers, self.config.sim.queue_capacity
@@ -102,6 +111,11 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         self._fema = np.zeros((b, 2))
         self._queue = np.zeros((b, cap), dtype=np.int64)
         self._mask = np.zeros((b, self._mask_size), dtype=bool)
+        # per-tick signal tables of each sub-env's episode (empty without signals)
+        ticks = self.config.sim.episode_length if self._n_signal else 0
+        self._sig_cost = np.zeros((b, ticks, 3))
+        self._sig_feat = np.zeros((b, ticks + 1 if ticks else 0, self._n_signal),
+                                  dtype=np.float32)
         self._job_capacity = 0
         self._grow_jobs(job_capacity)
 
@@ -155,6 +169,13 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
         st[vk.I_CLOCK_OFFSET] = sim.clock_offset
         self._fema[i] = (sim.arrival_ema, sim.violation_ema)
         self._mask[i] = env.action_mask
+        if self._n_signal:
+            sig = env.signals
+            cost = self._sig_cost[i]
+            cost[:, vk.C_PRICE] = sig.price
+            cost[:, vk.C_CARBON] = sig.carbon
+            cost[:, vk.C_SOLAR_J] = sig.solar_j
+            self._sig_feat[i] = sig.features
 
     def _new_obs(self) -> dict[str, np.ndarray]:
         return {key: np.empty(shape, dtype=np.float32) for key, shape in self._obs_shapes}
@@ -213,7 +234,8 @@ class _ClusterVectorEnv(gym.vector.VectorEnv):
                       self._expo, self._standby, self._tier, self._static, self._flag_scale,
                       self._tier_norm, self._sin, self._cos, self._fpar, self._ipar, self._mask,
                       obs["macro"], obs["servers"], obs["jobs"], obs["action_mask"], rewards,
-                      done, info_f, info_i)
+                      done, info_f, info_i, self._n_signal > 0, self._sig_cost, self._sig_feat,
+                      self._spar)
         infos = self._step_infos(active, info_f, info_i)
         for i in np.flatnonzero(self._autoreset).tolist() if not active.all() else ():
             reset_obs, info = self._singles[i].reset()
@@ -299,7 +321,10 @@ VECTOR_OF: dict[type, type[_ClusterVectorEnv]] = {
 
 
 def warm_up() -> None:
-    """Compile (or load from numba's on-disk cache) the batched kernel."""
+    """Compile (or load from numba's on-disk cache) the batched kernel and the signal
+    forecast summary (``envs.observation.episode_signals``)."""
+    vk.forecast_window_stats(np.ones((1, 3)), np.zeros((1, 3)), 0.1, 2, 1, np.empty((1, 2)),
+                             np.empty((1, 2)))
     for cls in (ClusterSchedulingVectorEnv, ClusterBranchingVectorEnv):
         env = cls(1, {"n_servers": 2, "sim": {"episode_length": 2}})
         env.reset(seed=0)

@@ -33,8 +33,13 @@ N_ISTATE = 9
  P_INVALID, P_TIME_SCALE) = range(9)
 (Q_WINDOW, Q_CAPACITY, Q_WAKE_DELAY, Q_EPISODE_LENGTH, Q_LEVELS, Q_PERIOD, Q_BRANCHING,
  Q_TIERS) = range(8)
-# columns of the info outputs
-INFO_F = ("energy_kwh", "energy_norm", "r_energy", "r_sla", "r_toggle", "r_invalid")
+# columns of the signal cost parameters ``spar`` and of the per-tick ``sig_cost`` rows
+S_EXPORT_USD_PER_MWH, S_CARBON_USD_PER_KG, S_REWARD_PER_USD = range(3)
+N_SPAR = 3
+C_PRICE, C_CARBON, C_SOLAR_J = range(3)
+# columns of the info outputs (the last three only with signals)
+INFO_F = ("energy_kwh", "energy_norm", "r_energy", "r_sla", "r_toggle", "r_invalid",
+          "energy_usd", "carbon_kg", "r_signal")
 INFO_I = ("violations", "late", "dropped", "finished", "toggles", "placement_conflicts",
           "invalid_action")
 
@@ -241,12 +246,19 @@ def step_batch(active, actions, dyn, pstate, ist, fema, queue, job_cpu, job_mem,
                job_arrival, job_deadline, job_dur, job_latest, run_job, run_end,
                run_srv, cpu_cap, mem_cap, p_idle, p_span, expo, standby, tier, static, flag_scale,
                tier_norm, sin_tab, cos_tab, fpar, ipar, mask, macro, servers, jobs,
-               mask_f32, rewards, done, info_f, info_i):  # pragma: no cover
+               mask_f32, rewards, done, info_f, info_i, sig_on, sig_cost, sig_feat,
+               spar):  # pragma: no cover
     """Advance every env with ``active[b]`` by one tick under ``actions[b]``.
 
     ``mask[b]`` is read as the mask of the previous observation (the validity of
     the action) and overwritten with the new one. The action is assumed in space
-    (the caller checks ranges)."""
+    (the caller checks ranges).
+
+    With ``sig_on``: ``sig_cost[b, t]`` is (price $/MWh, carbon gCO2/kWh, solar joules) of
+    tick ``t`` of env ``b``'s episode, ``sig_feat[b, t]`` the signal columns appended to
+    the macro row at tick ``t``, ``spar`` the ``S_*`` parameters; the step's dollar cost
+    enters the reward and the ``energy_usd``/``carbon_kg``/``r_signal`` info columns
+    (``envs.cluster_env._ClusterEnvBase._reward``, the same operations)."""
     n_envs = dyn.shape[0]
     n = dyn.shape[1]
     window = ipar[Q_WINDOW]
@@ -333,7 +345,8 @@ def step_batch(active, actions, dyn, pstate, ist, fema, queue, job_cpu, job_mem,
         for s in range(n):
             total_w += d[s, 7]
         energy = total_w * fpar[P_TICK_SECONDS]
-        t = st[I_T] + 1
+        t_now = st[I_T]
+        t = t_now + 1
         st[I_T] = t
         finished = 0
         late = 0
@@ -403,7 +416,23 @@ def step_batch(active, actions, dyn, pstate, ist, fema, queue, job_cpu, job_mem,
         r_sla = fpar[P_BETA] * violations
         r_toggle = fpar[P_TOGGLE] * toggles
         r_invalid = fpar[P_INVALID] if invalid else 0.0
-        rewards[b] = -(r_energy + r_sla + r_toggle + r_invalid)
+        if sig_on:
+            price = sig_cost[b, t_now, C_PRICE]
+            solar_j = sig_cost[b, t_now, C_SOLAR_J]
+            grid_j = energy - solar_j if energy > solar_j else 0.0
+            export_j = solar_j - energy if solar_j > energy else 0.0
+            grid_kwh = grid_j / 3.6e6
+            energy_usd = grid_kwh * price / 1000.0 - \
+                export_j / 3.6e6 * spar[S_EXPORT_USD_PER_MWH] / 1000.0
+            carbon_kg = grid_kwh * sig_cost[b, t_now, C_CARBON] / 1000.0
+            cost_usd = energy_usd + carbon_kg * spar[S_CARBON_USD_PER_KG]
+            r_signal = spar[S_REWARD_PER_USD] * cost_usd
+            rewards[b] = -(r_energy + r_sla + r_toggle + r_invalid + r_signal)
+            info_f[b, 6] = energy_usd
+            info_f[b, 7] = carbon_kg
+            info_f[b, 8] = -r_signal
+        else:
+            rewards[b] = -(r_energy + r_sla + r_toggle + r_invalid)
         info_f[b, 0] = energy / 3.6e6
         info_f[b, 1] = energy_norm
         info_f[b, 2] = -r_energy
@@ -421,5 +450,56 @@ def step_batch(active, actions, dyn, pstate, ist, fema, queue, job_cpu, job_mem,
         observe_one(d, st, fema[b], q, jc, jm, job_arrival[b], jd, job_latest[b], cpu_cap,
                     mem_cap, tier, static, flag_scale, tier_norm, sin_tab, cos_tab, fpar,
                     ipar, macro[b], servers[b], jobs[b], mk)
+        if sig_on:
+            n_sig = sig_feat.shape[2]
+            base = macro.shape[1] - n_sig
+            for c in range(n_sig):
+                macro[b, base + c] = sig_feat[b, t, c]
         for i in range(mk.shape[0]):
             mask_f32[b, i] = 1.0 if mk[i] else 0.0
+
+
+@numba.njit(cache=True)
+def forecast_window_stats(truth, paths, error, horizon, every, out_mean,
+                          out_min):  # pragma: no cover
+    """Mean and minimum of the forecast over ticks ``t+1 .. t+horizon`` for every tick ``t``
+    of ``out_mean``/``out_min`` (shape (rows, n_obs)), the forecast seen at ``t`` being the
+    one issued at ``t0 = t - t % every`` (``1 <= every <= horizon``).
+
+    The forecast of tick ``s`` issued at ``t0`` is ``envs.signals.forecast``'s, with the same
+    operations: ``truth[s] * max(0, 1 + error * (paths[s] - paths[t0]))`` (``truth[s]``
+    when ``error`` is 0), ``s`` clipped to the series' last tick. Per issue, the window
+    ``[i, i + horizon)`` of its ``horizon + every - 1`` forecast values is a suffix of the
+    first ``horizon`` plus a prefix of the rest: O(horizon + every) per issue."""
+    rows, n = truth.shape
+    n_obs = out_mean.shape[1]
+    width = horizon + every - 1
+    fc = np.empty(width)
+    suf_min = np.empty(horizon)
+    suf_sum = np.empty(horizon)
+    for r in range(rows):
+        for t0 in range(0, n_obs, every):
+            for j in range(width):
+                s = min(t0 + 1 + j, n - 1)
+                if error == 0.0:
+                    fc[j] = truth[r, s]
+                else:
+                    f = (paths[r, s] - paths[r, t0]) * error + 1.0
+                    fc[j] = max(f, 0.0) * truth[r, s]
+            acc_min = fc[horizon - 1]
+            acc_sum = fc[horizon - 1]
+            suf_min[horizon - 1] = acc_min
+            suf_sum[horizon - 1] = acc_sum
+            for j in range(horizon - 2, -1, -1):
+                acc_min = min(acc_min, fc[j])
+                acc_sum += fc[j]
+                suf_min[j] = acc_min
+                suf_sum[j] = acc_sum
+            pre_min = np.inf
+            pre_sum = 0.0
+            for i in range(min(every, n_obs - t0)):
+                if i > 0:
+                    pre_min = min(pre_min, fc[horizon + i - 1])
+                    pre_sum += fc[horizon + i - 1]
+                out_min[r, t0 + i] = min(suf_min[i], pre_min)
+                out_mean[r, t0 + i] = (suf_sum[i] + pre_sum) / horizon
