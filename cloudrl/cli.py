@@ -169,7 +169,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from cloudrl.ray_utils import init_ray
     from cloudrl.training import TrainConfig, train
 
-    overrides: dict[str, Any] = {"env": _env_overrides(args)}
+    scenario = getattr(args, "scenario", None)
+    if scenario:  # a named scenario brings its own env: no cluster env flags
+        given = [flag for flag, key in (("--workload", "workload"), ("--trace", "trace"),
+                                        ("--n-servers", "n_servers"),
+                                        ("--episode-length", "episode_length"))
+                 if getattr(args, key) is not None]
+        if given:
+            raise ConfigError(f"--scenario trains on the scenario's own env; drop "
+                              f"{' '.join(given)}")
+        from envs.scenario.catalog import load_scenario
+
+        load_scenario(scenario)  # an unknown name: one line listing the valid ones
+    overrides: dict[str, Any] = {"scenario": scenario} if scenario else {
+        "env": _env_overrides(args)}
     for key in ("algo", "env_steps", "num_env_runners", "num_learners", "run_seed",
                 "num_gpus_per_learner", "checkpoint_every"):
         if getattr(args, key) is not None:
@@ -184,6 +197,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         overrides["resume"] = True
     cfg = load_config(TrainConfig, args.config, overrides)
+    if cfg.scenario is not None:
+        return _train_scenario(cfg, args)
     init_ray()
 
     def report(it: int, m: dict[str, float]) -> None:
@@ -204,6 +219,73 @@ def _cmd_train(args: argparse.Namespace) -> int:
             interface=None, split="test", n_seeds=args.eval_seeds, workers=None,
             policy=None, checkpoint=[str(path)], out=None, quiet=False)
         return _cmd_evaluate(ns)
+    return 0
+
+
+def compare_with_heuristic(scenario: str, checkpoints: dict[str, Any], seeds: list[int],
+                           params: dict[str, Any] | None = None, workers: int | None = None
+                           ) -> dict[str, list[dict[str, float]]]:
+    """Per-seed metrics of the signal-aware heuristic (``"heuristic"``, with ``params``) and
+    of each ``cloudrl train --scenario`` checkpoint (by its label) on ``seeds``, paired, with
+    the scenario runner (the sweep's ``ScenarioEvaluator``)."""
+    from cloudrl.scenarios.rl_policy import RLCheckpointError, read_scenario_meta
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+    from envs.scenario.catalog import load_scenario
+
+    for path in checkpoints.values():  # fails here, before any worker starts
+        try:
+            read_scenario_meta(path)
+        except RLCheckpointError as e:
+            raise ConfigError(str(e)) from None
+    specs = [ControllerSpec("signal_aware", dict(params or {}), "heuristic")]
+    specs += [ControllerSpec("rllib", {"checkpoint": str(path)}, label)
+              for label, path in checkpoints.items()]
+    res = run_controllers(load_scenario(scenario), specs, list(seeds), workers)
+    return {spec.name: r for spec, r in zip(specs, res, strict=True)}
+
+
+def _train_scenario(cfg: Any, args: argparse.Namespace) -> int:
+    """``cloudrl train --scenario``: train (one MLflow run), then play the greedy policy and
+    the signal-aware heuristic on validation seeds with the scenario runner; print the
+    table and log it into the run."""
+    from cloudrl.protocol import validation_seeds
+    from cloudrl.ray_utils import init_ray
+    from cloudrl.scenarios import rl_policy
+    from cloudrl.training import train_logged
+
+    try:
+        params = rl_policy.heuristic_params(getattr(args, "heuristic_params", None),
+                                            cfg.scenario)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    n_val = 5 if args.eval_seeds is None else args.eval_seeds
+    if not 0 <= n_val <= 50:
+        raise ConfigError(f"--eval-seeds {n_val}: expected 0..50 validation seeds")
+    experiment = getattr(args, "experiment", None) or "cloudrl-train"
+    init_ray()
+
+    def report(it: int, m: dict[str, float]) -> None:
+        episodes = (f"cost {m['cost_usd']:8.2f} $  {m.get('energy_kwh', 0.0):8.1f} kWh  "
+                    f"{m.get('carbon_kg', 0.0):7.1f} kgCO2" if "cost_usd" in m
+                    else "(no episode ended this iteration)")
+        print(f"iter {it:3d}  env_steps {int(m['env_steps']):7d}  {episodes}  "
+              f"({m['wall_s']:.0f} s)", flush=True)
+
+    def validate(path: Path) -> dict[str, float]:
+        if not n_val:
+            return {}
+        res = compare_with_heuristic(
+            cfg.scenario, {cfg.algo: path}, list(validation_seeds(n_val)), params,
+            getattr(args, "eval_workers", None))
+        print(f"\n{cfg.scenario}: greedy {cfg.algo} vs the signal-aware heuristic "
+              f"({'given parameters' if params else 'defaults'}) on {n_val} validation "
+              f"seeds, mean per episode")
+        print(rl_policy.format_table(res))
+        return rl_policy.comparison_metrics(res, cfg.algo)
+
+    path, _, run_id = train_logged(cfg, getattr(args, "tracking_uri", None), experiment,
+                                   report, validate)
+    print(f"checkpoint: {path}\nMLflow: run {run_id}, experiment {experiment!r}")
     return 0
 
 
@@ -303,10 +385,40 @@ def _write_demo_report(args: argparse.Namespace, result: dict[str, Any], wall_s:
         print(f"wrote {path}")
 
 
+def _scenario_sweep_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``cloudrl sweep --scenario NAME [--heuristic-params JSON]``: the SweepConfig keys."""
+    from cloudrl.scenarios.rl_policy import heuristic_params
+
+    scenario = getattr(args, "scenario", None)
+    if not scenario:
+        if getattr(args, "heuristic_params", None):
+            raise ConfigError("--heuristic-params goes with --scenario")
+        return {}
+    given = [f"--{k.replace('_', '-')}" for k in ("workloads", "n_servers", "episode_length")
+             if getattr(args, k, None) is not None]
+    if given:
+        raise ConfigError(f"--scenario sweeps the scenario's own env; drop {' '.join(given)}")
+    from envs.scenario.catalog import load_scenario
+
+    load_scenario(scenario)  # an unknown name: one line listing the valid ones
+    try:
+        params = heuristic_params(getattr(args, "heuristic_params", None), scenario)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return {"scenario": scenario, **({"scenario_heuristic": params} if params else {})}
+
+
+def _scenario_quality(row: dict[str, Any]) -> str:
+    """A scenario sweep row's test means: cost, energy, carbon, SLA per class."""
+    return (f"cost {row['test/cost_usd_mean']:8.2f} $  {row['test/energy_kwh_mean']:8.1f} kWh  "
+            f"{row['test/carbon_kg_mean']:7.1f} kgCO2  SLA LC {100 * row['test/sla_lc_mean']:.3f}%"
+            f"  batch {100 * row['test/sla_batch_mean']:.3f}%")
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from cloudrl.sweep import SweepConfig, experiment_dir, resume_sweep, run_sweep, saved_sweep
 
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = _scenario_sweep_args(args)
     for key in ("algos", "workloads", "run_seeds", "n_servers", "episode_length", "env_steps",
                 "eval_seeds", "eval_workers", "experiment", "tracking_uri", "storage_path",
                 "max_concurrent_trials", "name", "max_failures"):
@@ -316,27 +428,31 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if resume:
         # The sweep's own config (saved in its experiment dir) is the only one that fits the
         # trials Tune restores; --storage-path only helps find the dir by name.
-        given = [f"--{k.replace('_', '-')}" for k in overrides if k != "storage_path"]
+        given = [f"--{k.replace('_', '-')}".replace("scenario-heuristic", "heuristic-params")
+                 for k in overrides if k != "storage_path"]
         given += ["--config"] if args.config else []
         if given:
             raise ConfigError(f"--resume continues a sweep with its saved config; drop "
                               f"{' '.join(given)}")
         exp = experiment_dir(resume, overrides.get("storage_path"))
         cfg = saved_sweep(exp)
-        out = resume_sweep(exp)
+        out = resume_sweep(exp, evaluate_scenario=compare_with_heuristic)
     else:
         overrides = {**getattr(args, "_overrides", {}), **overrides}
         cfg = load_config(SweepConfig, args.config, overrides)
-        out = run_sweep(cfg)
+        out = run_sweep(cfg, evaluate_scenario=compare_with_heuristic)
     print(f"\nsweep {out['sweep_id']}: {len(out['learned'])} trials evaluated on "
           f"{cfg.eval_seeds} test seeds, {len(out['heuristics'])} heuristic runs")
     for row in out["learned"]:
         restarts = f"  restarts {row['num_failures']}" if row["num_failures"] else ""
+        quality = _scenario_quality(row) if cfg.scenario is not None else (
+            f"energy {row['test/energy_kwh_mean']:8.2f} kWh  "
+            f"SLA viol. {100 * row['test/sla_violation_rate_mean']:6.2f}%")
         print(f"  {row['policy']:4s} {row['workload']:15s} seed {row['run_seed']}  "
-              f"env_steps {row['env_steps']:7d}  "
-              f"energy {row['test/energy_kwh_mean']:8.2f} kWh  "
-              f"SLA viol. {100 * row['test/sla_violation_rate_mean']:6.2f}%  "
+              f"env_steps {row['env_steps']:7d}  {quality}  "
               f"checkpoint {row['checkpoint']}{restarts}")
+    for row in out["heuristics"] if cfg.scenario is not None else []:
+        print(f"  heuristic {row['policy']} (the same test seeds)  {_scenario_quality(row)}")
     for trial in out["failed"]:
         print(f"  FAILED trial {trial}", file=sys.stderr)
     if out["failed"]:
@@ -452,7 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(branching) policy on the train seeds")
     _add_env_args(tr)
     tr.add_argument("--algo", choices=ALGOS, help="algorithm (default ppo)")
-    tr.add_argument("--env-steps", type=int, help="env-step budget (default 20000)")
+    tr.add_argument("--env-steps", "--timesteps", dest="env_steps", type=int,
+                    help="env-step budget (default 20000)")
     tr.add_argument("--num-env-runners", type=int, help="remote env runners (default 0)")
     tr.add_argument("--num-learners", type=int,
                     help="remote learner actors (default 0: learn in the driver)")
@@ -466,8 +583,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoint every k iterations (default 0: at the end only)")
     tr.add_argument("--resume", action="store_true",
                     help="continue from the checkpoint in --out (e.g. after the driver died)")
-    tr.add_argument("--eval-seeds", type=int, default=0,
-                    help="after training, evaluate on this many test seeds vs the heuristics")
+    tr.add_argument("--eval-seeds", type=int,
+                    help="after training, evaluate on this many test seeds vs the heuristics "
+                         "(default 0; with --scenario: validation seeds, default 5)")
+    tr.add_argument("--scenario", help="train on a named scenario (cloudrl scenarios list) "
+                                       "with --algo ppo, dqn or bdq instead of a --workload; "
+                                       "logged to MLflow, then played greedily against the "
+                                       "signal-aware heuristic on validation seeds")
+    tr.add_argument("--heuristic-params", metavar="JSON",
+                    help="with --scenario: the signal-aware heuristic's parameters (a JSON "
+                         "object or file; default its defaults)")
+    tr.add_argument("--eval-workers", type=int,
+                    help="with --scenario: processes for the validation (default: CPUs)")
+    tr.add_argument("--experiment", help="with --scenario: MLflow experiment "
+                                         "(default cloudrl-train)")
+    tr.add_argument("--tracking-uri", help="with --scenario: MLflow tracking URI (default "
+                                           "$MLFLOW_TRACKING_URI, else sqlite:///$PWD/mlflow.db)")
     tr.set_defaults(func=_cmd_train)
 
     sw = sub.add_parser("sweep", help="Ray Tune sweep: algos x run seeds x workloads, "
@@ -492,6 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--max-failures", type=int,
                     help="restarts of a failed trial from its last checkpoint "
                          "(default 2; 0: none, -1: no limit)")
+    sw.add_argument("--scenario", help="sweep on a named scenario (cloudrl scenarios list) "
+                                       "instead of --workloads: --algos from ppo, dqn, bdq; "
+                                       "trials and the signal-aware heuristic on the test seeds")
+    sw.add_argument("--heuristic-params", metavar="JSON",
+                    help="with --scenario: the signal-aware heuristic's parameters (a JSON "
+                         "object or file; default its defaults)")
     sw.add_argument("--resume", metavar="EXPERIMENT",
                     help="continue a sweep whose driver died: its Tune experiment dir, or its "
                          "name (sweep id) under --storage-path; unfinished and errored trials "
@@ -515,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     label_cli.register(sub)
     offline_cli.register(sub)
     serve_cli.register(sub)
-    headline_cli.register(sub)
+    scenarios_cli.extend_headline(headline_cli.register(sub))
     loop_cli.register(sub)
     return parser
 

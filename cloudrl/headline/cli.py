@@ -78,8 +78,9 @@ def _cmd_headline(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``tune-heuristic`` and ``headline`` to the ``cloudrl`` subparsers."""
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``tune-heuristic`` and ``headline`` to the ``cloudrl`` subparsers; returns the
+    ``headline`` parser (the entry point adds the scenario form to it)."""
     tune = sub.add_parser("tune-heuristic", help="tune power_aware's knobs with a Ray Tune "
                                                  "sweep on the train seeds (MLflow-tracked)")
     tune.add_argument("--config", metavar="YAML", help="TuneHeuristicConfig file")
@@ -108,9 +109,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     head.add_argument("--reuse", action="store_true",
                       help="reuse the tuned heuristic JSON of an earlier run if present")
     head.add_argument("--tiny", action="store_true",
-                      help="smoke size: N=5, 100-tick episodes, 2 seeds, 1,500 env steps")
+                      help="smoke size: N=5, 100-tick episodes, 2 seeds, 1,500 env steps (with "
+                           "--scenario: the 'tiny' scenario, 3 test seeds, 2 run seeds)")
     head.add_argument("--out-dir", help="results root (default results/headline)")
     head.add_argument("--name", help="run name (default from the config: headline)")
     head.add_argument("--tracking-uri", help="MLflow tracking URI (default "
                                              "$MLFLOW_TRACKING_URI, else sqlite:///$PWD/mlflow.db)")
     head.set_defaults(func=_cmd_headline)
+    return head

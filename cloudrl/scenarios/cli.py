@@ -171,6 +171,74 @@ def _cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_scenario_headline(args: argparse.Namespace) -> int:
+    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, run_scenario_headline, tiny
+
+    for flag in ("config", "reuse", "name"):
+        if getattr(args, flag, None):
+            return _fail(f"headline --scenario: --{flag} belongs to the cluster-env headline; "
+                         f"use --params-from to reuse tuned parameters")
+    if not args.tiny:
+        load_scenario(args.scenario)  # an unknown name fails before any work
+    kw = {k: getattr(args, k) for k in ("n_test_seeds", "n_val_seeds", "tune_samples",
+                                         "tune_seeds", "mpc_samples", "params_from",
+                                         "publish", "headline_json", "workers",
+                                         "tracking_uri") if getattr(args, k) is not None}
+    if args.run_seeds is not None:
+        kw["run_seeds"] = tuple(args.run_seeds)
+    if args.families is not None:
+        kw["families"] = tuple(args.families)
+    kw["out_dir"] = args.out_dir or "results/headline_scenario"
+    try:
+        cfg = ScenarioHeadlineConfig(scenario=args.scenario, log=not args.no_log, **kw)
+        if args.tiny:
+            cfg = tiny(cfg)
+    except ValueError as e:
+        return _fail(str(e))
+    out = run_scenario_headline(cfg)
+    print("\n" + out.table)
+    if cfg.tiny:
+        print("\nthis was a smoke run (--tiny): 'tiny' scenario, 3 test seeds; its numbers "
+              "say the pipeline runs, not how good the policy is")
+    for path in out.paths:
+        print(f"wrote {path}")
+    if out.run_id:
+        print(f"MLflow run {out.run_id} (experiment 'cloudrl-headline')")
+    return 0
+
+
+def extend_headline(head: argparse.ArgumentParser) -> None:
+    """``cloudrl headline --scenario NAME``: the scenario form of the headline command."""
+    plain = head.get_default("func")
+
+    def dispatch(args: argparse.Namespace) -> int:
+        return _cmd_scenario_headline(args) if args.scenario else plain(args)
+
+    g = head.add_argument_group("scenario headline (with --scenario)")
+    g.add_argument("--scenario", help="a named scenario (cloudrl scenarios list): tune the "
+                                      "heuristic and the MPC, train the learned families on "
+                                      "run seeds, select on validation seeds, claim the "
+                                      "median run on the test seeds")
+    g.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
+    g.add_argument("--n-val-seeds", type=int, help="validation seeds for selection (default 10)")
+    g.add_argument("--tune-samples", type=int, help="heuristic random-search points (default 12)")
+    g.add_argument("--tune-seeds", type=int, help="validation seeds for tuning (default 8)")
+    g.add_argument("--mpc-samples", type=int, help="MPC random-search points (default 3)")
+    g.add_argument("--params-from", metavar="JSON",
+                   help="reuse the tuned parameters of a 'cloudrl scenarios headroom --json' "
+                        "file instead of tuning")
+    g.add_argument("--families", nargs="+", help="learned families to train (default distill)")
+    g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
+    g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
+                                                    "(e.g. checkpoints/NAME)")
+    g.add_argument("--headline-json", metavar="PATH",
+                   help="insert the scenario's row into this JSON (e.g. "
+                        "docs/results/headline.json)")
+    g.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    g.add_argument("--no-log", action="store_true", help="do not log to MLflow")
+    head.set_defaults(func=dispatch)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     sc = sub.add_parser("scenarios", help="named scenarios with prices, carbon, solar, job "
                                           "classes and power states; their headroom")

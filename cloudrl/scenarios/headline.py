@@ -1,0 +1,381 @@
+"""``cloudrl headline --scenario NAME``: the learned policy against the best non-learned
+schedulers on one scenario, end to end, in one command.
+
+Steps (seeds never cross: tuning and selection on validation seeds, training on train
+seeds, the claim on the held-out test seeds):
+
+1. tune the signal-aware heuristic and the forecast MPC on validation seeds (or reuse the
+   parameters of a headroom JSON with ``params_from``);
+2. train every learned candidate family (``distill``: behaviour cloning + DAgger from the
+   tuned MPC; the RLlib families when asked) once per run seed;
+3. select the family by the median over its run seeds of the validation cost;
+4. play the heuristic, the MPC, the oracle and every run of the selected family on the
+   test seeds, paired by seed; report each run, and claim the **median run** (by its test
+   cost difference to the heuristic);
+5. write a Markdown table, a picture, the ``headline.json`` row and an MLflow run; with
+   ``publish`` copy the median run's checkpoint to ``checkpoints/<scenario>/``.
+
+The goals it checks and prints: learned below the heuristic (paired 95% CI of the
+difference entirely below 0), SLA violation rate per class not higher (paired CI's lower
+end at most 0), learned reaching the MPC (upper end of the paired CI of learned - MPC at
+most 0.5% of the heuristic's cost) and deciding in at most 10 ms p50.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudrl.protocol import test_seeds, validation_seeds
+from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
+from envs.scenario.catalog import load_scenario
+from envs.scenario.config import ScenarioConfig
+
+REACH_MPC_PCT = 0.5
+DECIDE_BUDGET_MS = 10.0
+FAMILIES = ("distill",)
+SLA_KEYS = {"latency_critical": "sla_lc", "batch": "sla_batch"}
+
+
+@dataclass(frozen=True)
+class ScenarioHeadlineConfig:
+    """Knobs of ``cloudrl headline --scenario``; every default runs (about 30-45 min on a
+    2-core machine for a 50-server, two-day scenario)."""
+
+    scenario: str = "scarcity_spikes"
+    n_test_seeds: int = 50
+    n_val_seeds: int = 10
+    tune_samples: int = 12
+    tune_seeds: int = 8
+    mpc_samples: int = 3
+    params_from: str | None = None  # a headroom JSON: reuse its tuned parameters
+    families: tuple[str, ...] = FAMILIES
+    run_seeds: tuple[int, ...] = (0, 1, 2)
+    expert_seeds: int = 20
+    dagger_rounds: int = 2
+    dagger_seeds: int = 4
+    out_dir: str = "results/headline_scenario"
+    publish: str | None = None  # copy the claimed run's checkpoint here
+    headline_json: str | None = None  # merge the row into this headline.json
+    workers: int | None = None
+    tracking_uri: str | None = None
+    log: bool = True
+    tiny: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("n_test_seeds", "n_val_seeds", "tune_samples", "tune_seeds",
+                     "mpc_samples", "expert_seeds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"headline: {name.replace('_', '-')} must be >= 1, "
+                                 f"got {getattr(self, name)}")
+        if not 1 <= self.n_test_seeds <= 50:
+            raise ValueError(f"headline: n-test-seeds must be 1..50, got {self.n_test_seeds}")
+        if not self.run_seeds:
+            raise ValueError("headline: at least one run seed")
+        bad = [f for f in self.families if f not in available_families()]
+        if bad:
+            raise ValueError(f"headline: unknown family {bad[0]!r}; valid: "
+                             f"{', '.join(available_families())}")
+
+
+def tiny(cfg: ScenarioHeadlineConfig) -> ScenarioHeadlineConfig:
+    """Smoke size: the ``tiny`` scenario, 3 test seeds, 2 run seeds, light tuning."""
+    return replace(cfg, scenario="tiny", n_test_seeds=3, n_val_seeds=2, tune_samples=2,
+                   tune_seeds=2, mpc_samples=1, run_seeds=(0, 1), expert_seeds=3,
+                   dagger_rounds=1, dagger_seeds=1, params_from=None, tiny=True)
+
+
+# --- candidate families -------------------------------------------------------------------
+
+Trainer = Callable[[ScenarioConfig, "ScenarioHeadlineConfig", dict[str, Any], int, Path],
+                   ControllerSpec]
+
+
+def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                   run_seed: int, out: Path) -> ControllerSpec:
+    from cloudrl.algorithms.distill.command import train_to_dir
+    from cloudrl.algorithms.distill.config import DistillConfig
+
+    dc = DistillConfig(run_seed=run_seed, mpc_params=mpc_params,
+                       n_expert_seeds=cfg.expert_seeds, dagger_rounds=cfg.dagger_rounds,
+                       dagger_seeds_per_round=cfg.dagger_seeds,
+                       n_val_seeds=min(4, cfg.n_val_seeds))
+    cmd = (f"cloudrl scenarios distill --scenario {scn.name} --run-seed {run_seed} "
+           f"--out {out} --mpc-params '{json.dumps(mpc_params)}' --expert-seeds "
+           f"{cfg.expert_seeds} --dagger-rounds {cfg.dagger_rounds} --dagger-seeds "
+           f"{cfg.dagger_seeds}")
+    train_to_dir(scn, dc, out, out.parent / "expert.npz", command=cmd)
+    return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
+
+
+def available_families() -> dict[str, Trainer]:
+    return {"distill": _train_distill}
+
+
+# --- the pipeline ---------------------------------------------------------------------------
+
+@dataclass
+class HeadlineOutcome:
+    row: dict[str, Any]
+    table: str
+    paths: list[str] = field(default_factory=list)
+    run_id: str | None = None
+
+
+def _tuned_params(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig) -> tuple[dict, dict, str]:
+    if cfg.params_from:
+        data = json.loads(Path(cfg.params_from).read_text())
+        for r in data.get("scenarios", []):
+            if r.get("name") == scn.name:
+                return r["heuristic_params"], r["mpc_params"], f"reused from {cfg.params_from}"
+        raise ValueError(f"--params-from {cfg.params_from}: no scenario {scn.name!r} in it")
+    from cloudrl.scenarios.tuning import tune
+
+    heur = tune(scn, "signal_aware", cfg.tune_samples, cfg.tune_seeds, workers=cfg.workers)
+    mpc = tune(scn, "mpc", cfg.mpc_samples, cfg.tune_seeds, workers=cfg.workers) \
+        if cfg.mpc_samples > 1 else None
+    return heur.params, (mpc.params if mpc else {}), (
+        f"tuned on {cfg.tune_seeds} validation seeds ({cfg.tune_samples} heuristic points, "
+        f"{cfg.mpc_samples} MPC points)")
+
+
+def _costs(res: list[dict[str, float]], key: str = "cost_usd") -> np.ndarray:
+    return np.array([m[key] for m in res], float)
+
+
+def _pct(x: float, base: float) -> float:
+    return 100.0 * x / base
+
+
+def summarise_run(name: str, learned: list[dict], heur: list[dict], mpc: list[dict],
+                  oracle: list[dict]) -> dict[str, Any]:
+    """Paired statistics of one learned run against the references (same seeds)."""
+    h, m, o, ell = _costs(heur), _costs(mpc), _costs(oracle), _costs(learned)
+    base = float(h.mean())
+    d_h, lo_h, hi_h = paired_ci(ell, h)
+    d_m, lo_m, hi_m = paired_ci(ell, m)
+    sla = {}
+    for cls, key in SLA_KEYS.items():
+        d, lo, hi = paired_ci(_costs(learned, key), _costs(heur, key))
+        sla[cls] = {"diff": d, "ci95": [lo, hi]}
+    gap = base - float(o.mean())
+    p50 = float(np.median([r.get("decide_p50_ms", np.nan) for r in learned]))
+    return {"policy": name, "learned_cost": float(ell.mean()),
+            "diff_vs_heuristic_pct": _pct(d_h, base),
+            "diff_vs_heuristic_ci95": [_pct(lo_h, base), _pct(hi_h, base)],
+            "diff_vs_mpc_pct": _pct(d_m, base),
+            "diff_vs_mpc_ci95": [_pct(lo_m, base), _pct(hi_m, base)],
+            "gap_closed_pct": 100.0 * (base - float(ell.mean())) / gap if gap > 0 else None,
+            "sla_diff_vs_heuristic": sla, "decide_p50_ms": p50,
+            "decide_p99_ms": float(np.median([r.get("decide_p99_ms", np.nan)
+                                              for r in learned]))}
+
+
+def goals(run: dict[str, Any]) -> dict[str, bool]:
+    """Which of the issue's goals the (claimed) run meets."""
+    return {"beats_heuristic": run["diff_vs_heuristic_ci95"][1] < 0,
+            "sla_not_higher": all(v["ci95"][0] <= 0 for v in run["sla_diff_vs_heuristic"]
+                                  .values()),
+            "reaches_mpc": run["diff_vs_mpc_ci95"][1] <= REACH_MPC_PCT,
+            "beats_mpc": run["diff_vs_mpc_ci95"][1] < 0,
+            "decides_in_budget": run["decide_p50_ms"] <= DECIDE_BUDGET_MS}
+
+
+def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
+    t0 = time.perf_counter()
+    scn = load_scenario(cfg.scenario)
+    out = Path(cfg.out_dir) / scn.name
+    out.mkdir(parents=True, exist_ok=True)
+    say = _say(cfg)
+    heur_p, mpc_p, tuned_how = _tuned_params(scn, cfg)
+    say(f"[1/4] heuristic and MPC {tuned_how} ({time.perf_counter() - t0:.0f} s)")
+
+    trainers = available_families()
+    candidates: dict[str, list[ControllerSpec]] = {}
+    train_wall: dict[str, float] = {}
+    for fam in cfg.families:
+        t1 = time.perf_counter()
+        candidates[fam] = [trainers[fam](scn, cfg, mpc_p, s, out / fam / f"run{s}")
+                           for s in cfg.run_seeds]
+        train_wall[fam] = time.perf_counter() - t1
+        say(f"[2/4] trained {fam} x {len(cfg.run_seeds)} run seeds "
+            f"({train_wall[fam]:.0f} s)")
+
+    heur = ControllerSpec("signal_aware", heur_p, "heuristic")
+    val_specs = [heur] + [s for fam in cfg.families for s in candidates[fam]]
+    val = run_controllers(scn, val_specs, list(validation_seeds(cfg.n_val_seeds)), cfg.workers)
+    val_cost = {s.name: float(_costs(r).mean()) for s, r in zip(val_specs, val, strict=True)}
+    fam_score = {fam: float(np.median([val_cost[s.name] for s in candidates[fam]]))
+                 for fam in cfg.families}
+    chosen = min(fam_score, key=fam_score.get)
+    say(f"[3/4] selected {chosen} on {cfg.n_val_seeds} validation seeds (median run "
+        f"${fam_score[chosen]:.2f} against the heuristic's ${val_cost['heuristic']:.2f})")
+
+    runs = candidates[chosen]
+    refs = [heur, ControllerSpec("mpc", mpc_p, "mpc"), ControllerSpec("oracle", {}, "oracle")]
+    seeds = list(test_seeds(cfg.n_test_seeds))
+    res = run_controllers(scn, refs + runs, seeds, cfg.workers)
+    by = {s.name: r for s, r in zip(refs + runs, res, strict=True)}
+    per_run = [summarise_run(s.name, by[s.name], by["heuristic"], by["mpc"], by["oracle"])
+               for s in runs]
+    order = np.argsort([r["diff_vs_heuristic_pct"] for r in per_run])
+    claim = per_run[int(order[len(order) // 2])]
+    claim_spec = runs[int(order[len(order) // 2])]
+    say(f"[4/4] {len(seeds)} test seeds played ({time.perf_counter() - t0:.0f} s in all)")
+
+    checkpoint = claim_spec.params["checkpoint"]
+    if cfg.publish:
+        dest = Path(cfg.publish)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(checkpoint, dest, ignore=shutil.ignore_patterns("*.npz"))
+        checkpoint = str(dest)
+    mean = {s.name: {k: float(np.mean([m[k] for m in by[s.name]]))
+                     for k in ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh",
+                               "carbon_kg", "sla_lc", "sla_batch")}
+            for s in refs + runs}
+    solve = float(np.mean([m.get("solve_s", 0.0) for m in by["mpc"]]))
+    row = {
+        "scenario": scn.name, "policy": claim["policy"], "family": chosen,
+        "checkpoint": checkpoint, "n_test_seeds": len(seeds),
+        "heuristic_cost": mean["heuristic"]["cost_usd"], "mpc_cost": mean["mpc"]["cost_usd"],
+        "oracle_cost": mean["oracle"]["cost_usd"], "learned_cost": claim["learned_cost"],
+        "diff_vs_heuristic_ci95": claim["diff_vs_heuristic_ci95"],
+        "diff_vs_mpc_ci95": claim["diff_vs_mpc_ci95"],
+        "gap_closed_pct": claim["gap_closed_pct"], "decide_p50_ms": claim["decide_p50_ms"],
+        "decide_where": "in-process, batch 1, one torch thread (the service's own figure: "
+                        "docs/tasks/serving.md)",
+        "mpc_solve_s": solve,
+        "sla_by_class": {who: {cls: mean[who][key] for cls, key in SLA_KEYS.items()}
+                         for who in ("heuristic", "mpc", claim["policy"])},
+        "goals": goals(claim), "runs": per_run, "validation": {
+            "seeds": cfg.n_val_seeds, "family_median_cost": fam_score,
+            "heuristic_cost": val_cost["heuristic"]},
+        "heuristic_params": heur_p, "mpc_params": mpc_p, "means": mean,
+        "train_wall_s": train_wall, "wall_s": time.perf_counter() - t0,
+        "command": " ".join(["cloudrl", *sys.argv[1:]]) if sys.argv[1:] else "",
+        "tiny": cfg.tiny}
+    row["sla_by_class"]["learned"] = row["sla_by_class"].pop(claim["policy"])
+    table = format_table(row)
+    paths = _write(out, row, table, cfg, by, refs + runs)
+    run_id = _log(row, paths, cfg) if cfg.log else None
+    return HeadlineOutcome(row, table, paths, run_id)
+
+
+def _say(cfg: ScenarioHeadlineConfig) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        print(("[tiny smoke run] " if cfg.tiny else "") + msg, flush=True)
+    return say
+
+
+def format_table(row: dict[str, Any]) -> str:
+    """Markdown: every run of the selected family against the heuristic and the MPC."""
+    base = row["heuristic_cost"]
+    lines = [f"{row['scenario']}: {row['n_test_seeds']} test seeds, paired by seed; "
+             f"differences in % of the tuned heuristic's mean cost (${base:.2f})", "",
+             "| policy | cost $ | vs heuristic % [95% CI] | vs MPC % [95% CI] | gap closed % "
+             "| SLA latency-critical | SLA batch | decide p50 ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    m = row["means"]
+    for who in ("heuristic", "mpc", "oracle"):
+        lines.append(f"| {who} | {m[who]['cost_usd']:.2f} | | | | "
+                     f"{100 * m[who]['sla_lc']:.3f}% | {100 * m[who]['sla_batch']:.3f}% | "
+                     + (f"solve {1000 * row['mpc_solve_s']:.1f} |" if who == "mpc" else "|"))
+    for r in row["runs"]:
+        star = " (claim: median run)" if r["policy"] == row["policy"] else ""
+        lo, hi = r["diff_vs_heuristic_ci95"]
+        mlo, mhi = r["diff_vs_mpc_ci95"]
+        gc = "" if r["gap_closed_pct"] is None else f"{r['gap_closed_pct']:.0f}"
+        lines.append(f"| {r['policy']}{star} | {r['learned_cost']:.2f} | "
+                     f"{r['diff_vs_heuristic_pct']:+.1f} [{lo:+.1f}, {hi:+.1f}] | "
+                     f"{r['diff_vs_mpc_pct']:+.1f} [{mlo:+.1f}, {mhi:+.1f}] | {gc} | "
+                     f"{100 * m[r['policy']]['sla_lc']:.3f}% | "
+                     f"{100 * m[r['policy']]['sla_batch']:.3f}% | {r['decide_p50_ms']:.2f} |")
+    g = row["goals"]
+    lines += ["", "goals (claimed run): " + ", ".join(
+        f"{k.replace('_', ' ')}: {'yes' if v else 'no'}" for k, v in g.items())]
+    return "\n".join(lines)
+
+
+def _write(out: Path, row: dict, table: str, cfg: ScenarioHeadlineConfig,
+           by: dict[str, list[dict]], specs: list[ControllerSpec]) -> list[str]:
+    paths = []
+    (out / "headline.md").write_text(table + "\n")
+    (out / "result.json").write_text(json.dumps({**row, "config": asdict(cfg), "per_seed": {
+        s.name: by[s.name] for s in specs}}, indent=2, default=str))
+    paths += [str(out / "headline.md"), str(out / "result.json")]
+    with contextlib.suppress(ImportError):  # matplotlib is optional
+        paths.append(str(plot(row, by, out / "headline.png")))
+    if cfg.headline_json and not cfg.tiny:
+        paths.append(str(merge_headline_json(Path(cfg.headline_json), row)))
+    return paths
+
+
+def merge_headline_json(path: Path, row: dict[str, Any]) -> Path:
+    """Insert or replace ``row`` (by scenario) in ``{"scenarios": [...]}`` at ``path``."""
+    data = json.loads(path.read_text()) if path.exists() else {"scenarios": []}
+    keep = [r for r in data.get("scenarios", []) if r.get("scenario") != row["scenario"]]
+    slim = {k: v for k, v in row.items() if k not in ("means", "tiny")}
+    data["scenarios"] = sorted(keep + [slim], key=lambda r: r["scenario"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def plot(row: dict, by: dict[str, list[dict]], path: Path) -> Path:
+    """Cost per test seed relative to the heuristic: the MPC, the oracle and each run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = _costs(by["heuristic"])
+    names = ["mpc", "oracle"] + [r["policy"] for r in row["runs"]]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    for i, n in enumerate(names):
+        d = 100.0 * (_costs(by[n]) - h) / h.mean()
+        mean, lo, hi = paired_ci(_costs(by[n]), h)
+        ax.scatter(np.full(len(d), i) + np.linspace(-0.15, 0.15, len(d)), d, s=6, alpha=0.35)
+        ax.errorbar(i, 100 * mean / h.mean(), yerr=[[100 * (mean - lo) / h.mean()],
+                                                    [100 * (hi - mean) / h.mean()]],
+                    fmt="o", color="black", capsize=4)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=15)
+    ax.set_ylabel("cost - heuristic (% of heuristic)")
+    ax.set_title(f"{row['scenario']}: {row['n_test_seeds']} test seeds, paired")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _log(row: dict, paths: list[str], cfg: ScenarioHeadlineConfig) -> str:
+    from cloudrl import tracking
+
+    client, run_id = tracking.open_run(cfg.tracking_uri, "cloudrl-headline",
+                                       f"headline-{row['scenario']}",
+                                       {"scenario": row["scenario"], "kind": "headline",
+                                        "tiny": str(cfg.tiny)})
+    with tracking.finishing(client, run_id):
+        tracking.log_params(client, run_id, {"config": asdict(cfg),
+                                             "heuristic": row["heuristic_params"],
+                                             "mpc": row["mpc_params"]})
+        metrics = {f"{who}.{k}": v for who, ms in row["means"].items() for k, v in ms.items()}
+        for r in row["runs"]:
+            metrics[f"{r['policy']}.diff_vs_heuristic_pct"] = r["diff_vs_heuristic_pct"]
+            metrics[f"{r['policy']}.diff_vs_mpc_pct"] = r["diff_vs_mpc_pct"]
+            metrics[f"{r['policy']}.decide_p50_ms"] = r["decide_p50_ms"]
+        metrics["mpc_solve_s"] = row["mpc_solve_s"]
+        metrics.update({f"goal.{k}": float(v) for k, v in row["goals"].items()})
+        tracking.log_metrics(client, run_id, metrics)
+        tracking.log_artifacts(client, run_id, paths)
+    return run_id

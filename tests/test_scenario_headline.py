@@ -1,0 +1,127 @@
+"""``cloudrl headline --scenario``: paired statistics, goals, the JSON row, CLI errors, and
+(slow) the whole smoke pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cloudrl.cli import main
+from cloudrl.scenarios.headline import (
+    REACH_MPC_PCT,
+    ScenarioHeadlineConfig,
+    format_table,
+    goals,
+    merge_headline_json,
+    summarise_run,
+)
+
+
+def _episodes(costs, lc=None, batch=None, p50=0.5):
+    n = len(costs)
+    lc = np.zeros(n) if lc is None else lc
+    batch = np.zeros(n) if batch is None else batch
+    return [{"cost_usd": float(c), "sla_lc": float(a), "sla_batch": float(b),
+             "decide_p50_ms": p50, "decide_p99_ms": 2 * p50}
+            for c, a, b in zip(costs, lc, batch, strict=True)]
+
+
+def test_summary_of_a_run_that_is_cheaper_by_a_constant():
+    heur = np.array([100.0, 110.0, 90.0, 105.0, 95.0])
+    run = summarise_run("r", _episodes(heur - 5.0), _episodes(heur), _episodes(heur - 4.0),
+                        _episodes(heur - 10.0))
+    # exactly 5 $ cheaper on every seed: the interval collapses onto -5% of the mean (100)
+    assert run["diff_vs_heuristic_pct"] == pytest.approx(-5.0)
+    assert run["diff_vs_heuristic_ci95"] == pytest.approx([-5.0, -5.0])
+    assert run["diff_vs_mpc_pct"] == pytest.approx(-1.0)
+    assert run["gap_closed_pct"] == pytest.approx(50.0)
+    g = goals(run)
+    assert g["beats_heuristic"] and g["reaches_mpc"] and g["beats_mpc"]
+    assert g["sla_not_higher"] and g["decides_in_budget"]
+
+
+def test_goals_fail_when_sla_is_higher_or_decisions_are_slow():
+    heur = np.linspace(90, 110, 8)
+    lc_h = np.zeros(8)
+    lc_l = np.full(8, 0.01) + np.linspace(0, 1e-3, 8)  # higher on every seed
+    run = summarise_run("r", _episodes(heur - 1, lc=lc_l, p50=25.0), _episodes(heur, lc=lc_h),
+                        _episodes(heur), _episodes(heur - 2))
+    g = goals(run)
+    assert not g["sla_not_higher"]
+    assert not g["decides_in_budget"]
+    assert g["beats_heuristic"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-3.0, 3.0), min_size=3, max_size=20), st.floats(0.0, 2.0))
+def test_reaching_the_mpc_is_the_upper_end_of_the_paired_interval(noise, offset):
+    heur = np.full(len(noise), 100.0)
+    mpc = heur - 3.0
+    learned = mpc + offset + np.asarray(noise)
+    run = summarise_run("r", _episodes(learned), _episodes(heur), _episodes(mpc),
+                        _episodes(heur - 8.0))
+    assert goals(run)["reaches_mpc"] == (run["diff_vs_mpc_ci95"][1] <= REACH_MPC_PCT)
+    lo, hi = run["diff_vs_mpc_ci95"]
+    assert lo <= run["diff_vs_mpc_pct"] <= hi
+
+
+def test_headline_json_rows_are_merged_by_scenario(tmp_path):
+    path = tmp_path / "headline.json"
+    base = {"policy": "p", "means": {}, "tiny": False}
+    merge_headline_json(path, {"scenario": "b", "learned_cost": 1.0, **base})
+    merge_headline_json(path, {"scenario": "a", "learned_cost": 2.0, **base})
+    merge_headline_json(path, {"scenario": "b", "learned_cost": 3.0, **base})
+    rows = json.loads(path.read_text())["scenarios"]
+    assert [r["scenario"] for r in rows] == ["a", "b"]
+    assert rows[1]["learned_cost"] == 3.0
+    assert "means" not in rows[0]
+
+
+def test_table_marks_the_claimed_run():
+    heur = np.array([10.0, 11.0, 12.0])
+    runs = [summarise_run(f"run{i}", _episodes(heur - i), _episodes(heur), _episodes(heur),
+                          _episodes(heur - 3)) for i in range(3)]
+    means = {n: {"cost_usd": 1.0, "sla_lc": 0.0, "sla_batch": 0.0}
+             for n in ("heuristic", "mpc", "oracle", "run0", "run1", "run2")}
+    row = {"scenario": "x", "n_test_seeds": 3, "heuristic_cost": 11.0, "means": means,
+           "runs": runs, "policy": "run1", "mpc_solve_s": 0.01, "goals": goals(runs[1])}
+    table = format_table(row)
+    assert "run1 (claim: median run)" in table
+    assert table.count("(claim: median run)") == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["headline", "--scenario", "no_such"], "no_such"),
+    (["headline", "--scenario", "tiny", "--n-test-seeds", "0"], "n-test-seeds"),
+    (["headline", "--scenario", "tiny", "--families", "bogus"], "bogus"),
+    (["headline", "--scenario", "tiny", "--reuse"], "--reuse"),
+])
+def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsys, tmp_path):
+    assert main([*argv, "--out-dir", str(tmp_path), "--no-log"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_defaults_run():
+    cfg = ScenarioHeadlineConfig()
+    assert cfg.n_test_seeds == 50 and len(cfg.run_seeds) >= 3
+
+
+@pytest.mark.slow
+def test_tiny_scenario_headline_end_to_end(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert main(["headline", "--scenario", "tiny", "--tiny", "--out-dir", str(tmp_path),
+                 "--tracking-uri", uri, "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke run" in out and "claim: median run" in out
+    res = json.loads((tmp_path / "tiny" / "result.json").read_text())
+    assert res["n_test_seeds"] == 3 and len(res["runs"]) == 2
+    assert res["heuristic_cost"] > 0 and res["learned_cost"] > 0
+    assert (tmp_path / "tiny" / "headline.png").stat().st_size > 1000
+    for r in res["runs"]:  # each run's checkpoint replays through the evaluate command
+        assert (tmp_path / "tiny" / "distill" / r["policy"].split("-")[1] / "policy.pt").exists()
