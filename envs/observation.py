@@ -31,6 +31,9 @@ O(episode ticks x horizon ticks).
 from __future__ import annotations
 
 import math
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -223,9 +226,47 @@ def forecast_summary(series: SignalSeries, seed: int, error: float, horizon: int
     return out_mean, out_min
 
 
+EPISODE_CACHE_BYTES = 64 << 20
+_episode_cache: OrderedDict = OrderedDict()
+_episode_cache_bytes = 0
+_episode_cache_lock = threading.Lock()
+
+
 def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: float,
                     seed: int, peak_w: float) -> EpisodeSignals:
-    """The :class:`EpisodeSignals` of the episode of ``seed`` (see the module docstring)."""
+    """The :class:`EpisodeSignals` of the episode of ``seed`` (see the module docstring).
+
+    Deterministic in its arguments, so recent episodes are kept (least recently used
+    first out, up to ``EPISODE_CACHE_BYTES`` per process, shared by every env): resets on
+    a seed pool build each episode's signals once. Their arrays are read-only."""
+    global _episode_cache_bytes
+    stamp = None
+    if signals.source == "csv":  # a changed file is a new key
+        st = os.stat(signals.csv_path) if os.path.isfile(signals.csv_path) else None
+        stamp = (st.st_mtime_ns, st.st_size) if st else None
+    key = (signals, int(episode_length), float(tick_seconds), int(seed), float(peak_w), stamp)
+    with _episode_cache_lock:
+        hit = _episode_cache.get(key)
+        if hit is not None:
+            _episode_cache.move_to_end(key)
+            return hit[0]
+    sig = _build_episode_signals(signals, int(episode_length), float(tick_seconds), int(seed),
+                                 float(peak_w))
+    size = sum(a.nbytes for a in (sig.price, sig.carbon, sig.solar_j, sig.features,
+                                  sig.series.price_usd_per_mwh, sig.series.carbon_g_per_kwh,
+                                  sig.series.solar_kw))
+    if size <= EPISODE_CACHE_BYTES:
+        with _episode_cache_lock:
+            if key not in _episode_cache:
+                _episode_cache[key] = (sig, size)
+                _episode_cache_bytes += size
+            while _episode_cache_bytes > EPISODE_CACHE_BYTES:
+                _episode_cache_bytes -= _episode_cache.popitem(last=False)[1][1]
+    return sig
+
+
+def _build_episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: float,
+                           seed: int, peak_w: float) -> EpisodeSignals:
     from envs.signals import make_signals
 
     horizon = signals.horizon_ticks(tick_seconds)
@@ -245,10 +286,12 @@ def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: fl
         peak_kw = peak_w / 1000.0
         cols += [series.solar_kw[:n_obs] / peak_kw, fc_mean[2] / peak_kw]
     features = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
+    solar_j = series.solar_kw[:episode_length] * 1000.0 * tick_seconds
+    for arr in (features, solar_j):
+        arr.setflags(write=False)
     return EpisodeSignals(
         series=series, price=np.ascontiguousarray(price[:episode_length]),
-        carbon=np.ascontiguousarray(carbon[:episode_length]),
-        solar_j=series.solar_kw[:episode_length] * 1000.0 * tick_seconds,
+        carbon=np.ascontiguousarray(carbon[:episode_length]), solar_j=solar_j,
         features=features, forecast_every=every, horizon_ticks=horizon)
 
 

@@ -31,6 +31,7 @@ from envs.observation import (
     SIGNAL_COLS,
     SOLAR_COLS,
     USD_PER_KWH_REF,
+    episode_signals,
     forecast_summary,
     macro_size,
 )
@@ -245,6 +246,22 @@ def test_signals_change_no_dynamics_only_the_added_terms():
         b, rb, _, _, ib = env.step(action)
         assert {k: v for k, v in ib.items() if k in ia} == ia
         assert rb == pytest.approx(ra + ib["r_signal"], rel=1e-12, abs=1e-12)
+
+
+def test_episode_signals_are_built_once_per_seed_and_read_only():
+    env = ClusterSchedulingEnv({**SMALL, "signals": SOLAR})
+    other = ClusterSchedulingEnv({**SMALL, "signals": SOLAR})
+    first, _ = env.reset(seed=11)
+    sig = env.signals
+    env.reset(seed=12)
+    assert env.signals is not sig
+    again, _ = other.reset(seed=11)
+    assert other.signals is sig and np.array_equal(first["macro"], again["macro"])
+    for arr in (sig.price, sig.carbon, sig.solar_j, sig.features):
+        assert not arr.flags.writeable
+    fresh = episode_signals(SignalConfig(**SOLAR, forecast_error=0.2), 40, 60.0, 11,
+                            env.sim.fleet_peak_w)
+    assert fresh is not sig and not np.array_equal(fresh.features, sig.features)
 
 
 def test_observe_snapshot_is_refused_with_signals():
