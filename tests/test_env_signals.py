@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -148,6 +149,17 @@ def test_observation_space_grows_by_the_signal_columns(env_cls, signals, cols):
     for _ in range(env.config.sim.episode_length):
         obs, *_ = env.step(_act(env, rng))
         assert obs in env.observation_space and np.isfinite(obs["macro"]).all()
+
+
+@pytest.mark.parametrize("env_cls", ENVS)
+def test_gymnasium_check_env_passes_with_signals(env_cls):
+    from gymnasium.utils.env_checker import check_env
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env_cls({**SMALL, "signals": SOLAR}), skip_render_check=True)
+    # the only acceptable complaints are about the unbounded feature boxes
+    assert [str(w.message) for w in caught if "infinity" not in str(w.message)] == []
 
 
 def test_signal_columns_are_the_documented_features():
