@@ -15,7 +15,19 @@ CartPole step. Every row is the best of ``--repeats`` blocks (the machine is sha
 the best block is the least disturbed one), and ``os.getloadavg()`` is printed
 before and after.
 
+The third table puts the envs with exogenous signals (``EnvConfig.signals``: price,
+carbon, forecasts; the default ``SignalConfig``, no solar) beside the same envs without,
+at N=50: the single env (resets included, as above) and the batched env at B=32, with the
+ratio signals / no signals (target <= 1.2x). The two are timed in alternating blocks
+(best of ``--repeats`` each) so that load changes hit both alike. It also prints the cost
+of one reset with and without signals (the signals' series and forecast summary are built
+there; on a repeated seed they come from a per-process cache) and that cost spread over an
+episode's ticks (what a batched env's autoreset adds per env step, which the batched rows
+do not include: their blocks end before an episode does). Every block uses new episode
+seeds, so the single-env rows pay the uncached build at each reset.
+
 Run:  .venv/bin/python -m experiments.benchmarks.bench_env [--steps 20000] [--repeats 3]
+      [--signals-only]
 
 Targets: at N=50 a single-env step costs <= 5x a CartPole step; the batched
 env's cost per env step at B=32, N=50 is <= 1x a CartPole step.
@@ -170,6 +182,66 @@ def vector_rows(batches: list[int], n: int, steps: int, repeats: int, cart: floa
     return rows
 
 
+def signal_rows(n: int, batch: int, steps: int, repeats: int) -> list[tuple]:
+    """(interface, via, B, seconds without signals, seconds with) per env step; alternating
+    blocks, best of ``repeats`` each."""
+    rows = []
+    for name, single_cls, vec_cls, branching in (
+        ("flat", ClusterSchedulingEnv, ClusterSchedulingVectorEnv, False),
+        ("branching", ClusterBranchingEnv, ClusterBranchingVectorEnv, True),
+    ):
+        cfgs = ({"n_servers": n}, {"n_servers": n, "signals": {}})
+        singles = [single_cls(c) for c in cfgs]
+        pols = [(_branching_policy if branching else _flat_policy)(e) for e in singles]
+        vecs = [vec_cls(batch, c) for c in cfgs]
+        vpols = [_batched_policy(e, batch, branching) for e in singles]
+        best_single, best_vec = [float("inf")] * 2, [float("inf")] * 2
+        for r in range(repeats):
+            seed = (r + 1) * 1_000_000  # new episode seeds every block: no cached signals
+            for k in (0, 1):
+                best_single[k] = min(best_single[k],
+                                     time_env(singles[k], pols[k], steps, seed=seed))
+                best_vec[k] = min(best_vec[k],
+                                  time_vector(vecs[k], vpols[k], steps, seed=seed))
+        rows.append((name, "single env", 1, *best_single))
+        rows.append((name, "batched", batch, *best_vec))
+    return rows
+
+
+def reset_seconds(n: int, signals: bool, resets: int = 20, repeats: int = 3,
+                  same_seeds: bool = False) -> float:
+    """Seconds per ``reset(seed=i)`` of the flat single env, best of ``repeats`` blocks;
+    new seeds in every block unless ``same_seeds`` (then signals come from the cache)."""
+    env = ClusterSchedulingEnv({"n_servers": n, **({"signals": {}} if signals else {})})
+    env.reset(seed=0)
+    best = float("inf")
+    for r in range(repeats + same_seeds):
+        t0 = time.perf_counter()
+        for i in range(resets):
+            env.reset(seed=1 + (0 if same_seeds else r * resets) + i)
+        if r or not same_seeds:  # with same_seeds the first block fills the cache
+            best = min(best, (time.perf_counter() - t0) / resets)
+    return best
+
+
+def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
+    rows = signal_rows(n, batch, steps, repeats)
+    print(f"\nwith signals (default SignalConfig) beside without, N={n}, per env step")
+    print(f"{'interface':<10} {'via':<11} {'B':>4} {'us no signals':>14} "
+          f"{'us signals':>11} {'signals/none':>13}")
+    for name, via, b, none, sig in rows:
+        print(f"{name:<10} {via:<11} {b:>4} {none * 1e6:>14.2f} {sig * 1e6:>11.2f} "
+              f"{sig / none:>12.2f}x")
+    length = ClusterSchedulingEnv({"n_servers": n}).config.sim.episode_length
+    r_none, r_sig = reset_seconds(n, False), reset_seconds(n, True)
+    r_cached = reset_seconds(n, True, same_seeds=True)
+    print(f"reset (flat, single env): {r_none * 1e3:.2f} ms without signals, "
+          f"{r_sig * 1e3:.2f} ms with (new seeds), {r_cached * 1e3:.2f} ms with on repeated "
+          f"seeds (signals cached); spread over a {length}-tick episode: "
+          f"{r_none / length * 1e6:.2f} / {r_sig / length * 1e6:.2f} / "
+          f"{r_cached / length * 1e6:.2f} us per env step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20000)
@@ -177,10 +249,18 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--vector-n", type=int, default=50, help="N of the batched table")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--signal-batch", type=int, default=32,
+                        help="B of the batched rows of the signals table")
+    parser.add_argument("--signals-only", action="store_true",
+                        help="only the signals table (signals beside no signals)")
     args = parser.parse_args()
     kernels.warm_up()
     vector_warm_up()
     print(_load(), "(start)", flush=True)
+    if args.signals_only:
+        print_signal_table(args.vector_n, args.signal_batch, args.steps, args.repeats)
+        print(_load(), "(end)")
+        return
 
     def cartpole(env):
         return time_env(env, lambda o: 0 if o[2] < 0 else 1, args.steps, repeats=args.repeats)
@@ -205,6 +285,7 @@ def main() -> None:
     for name, via, b, sec, ref in vrows:
         print(f"{name:<10} {via:<14} {b:>4} {1 / sec:>12.0f} {sec * 1e6:>12.2f} "
               f"{sec / ref:>11.2f}")
+    print_signal_table(args.vector_n, args.signal_batch, args.steps, args.repeats)
     print(_load(), "(end)")
 
 
