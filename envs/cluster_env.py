@@ -80,6 +80,7 @@ class _ClusterEnvBase(gym.Env):
         self.signal_cols = signal_cols(signals)
         self.n_signal = len(self.signal_cols)
         self.signals: EpisodeSignals | None = None  # the current episode's, from reset()
+        self._sig_rows: tuple[list[float], list[float], list[float]] | None = None
         if signals is not None:
             self.signal_params = signal_cost_params(
                 signals, self.config.carbon_usd_per_tonne, self.config.signal_cost_weight,
@@ -103,8 +104,7 @@ class _ClusterEnvBase(gym.Env):
             sig = episode_signals(self.config.signals, cfg.episode_length, cfg.tick_seconds,
                                   self.episode_seed, self.sim.fleet_peak_w)
             self.signals = sig
-            # Python floats for the per-step scalar cost (cheaper than numpy scalars)
-            self._sig_rows = (sig.price.tolist(), sig.carbon.tolist(), sig.solar_j.tolist())
+            self._sig_rows = None  # built at the first step (a batched env never steps here)
         return self._observe(), {"episode_seed": self.episode_seed}
 
     def step(self, action):
@@ -166,6 +166,9 @@ class _ClusterEnvBase(gym.Env):
     def _signal_cost(self, out: TickOutcome, t: int, info: dict[str, Any]) -> float:
         """``r_signal`` of a step from tick ``t``; adds the signal terms to ``info``
         (``envs.vector_kernels.step_batch`` does the same operations)."""
+        if self._sig_rows is None:  # Python floats: cheaper per step than numpy scalars
+            sig = self.signals
+            self._sig_rows = (sig.price.tolist(), sig.carbon.tolist(), sig.solar_j.tolist())
         price, carbon, solar = self._sig_rows
         export_price, carbon_usd_per_kg, reward_per_usd = self._spar
         energy, solar_j = out.energy_j, solar[t]
