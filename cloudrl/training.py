@@ -28,6 +28,16 @@ from cloudrl.threads import TorchThreads, thread_callbacks
 from envs.env_config import EnvConfig
 from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
+# What ``scenario=NAME`` trains: the algorithms whose masked RLModules run on the scenario
+# env (envs.scenario.env.MaskedScenarioEnv: PPO and DQN on its Discrete(24) flat
+# interface, BDQ on the MultiDiscrete([6, 4]) branching one), and its reward scale unless
+# ``reward_scale`` is given (the reward is minus the period's cost in $, order 0.1-1).
+SCENARIO_ALGOS = ("ppo", "dqn", "bdq")
+SCENARIO_REWARD_SCALE = 1.0
+# per-episode terms of a scenario (ScenarioSim.stats.summary()) logged under
+# env_runners/scenario/... and tracked by flat_metrics
+SCENARIO_METRICS = ("cost_usd", "energy_kwh", "carbon_kg", "sla_lc", "sla_batch")
+
 
 class TrainConfig(BaseModel):
     """One training run.
@@ -79,6 +89,11 @@ class TrainConfig(BaseModel):
     init_module_state: str | None = Field(
         default=None, description="start the RLModule from this saved state "
         "(RLModuleSpec load_state_path), e.g. the out dir of cloudrl align bc")
+    scenario: str | None = Field(
+        default=None, description="a named scenario (cloudrl scenarios list): train on its "
+        "env (envs.scenario.env.MaskedScenarioEnv, its train seeds) instead of the cluster "
+        f"env; algo one of {', '.join(SCENARIO_ALGOS)}; reward_scale defaults to "
+        f"{SCENARIO_REWARD_SCALE} there")
 
     @field_validator("hparams")
     @classmethod
@@ -103,6 +118,17 @@ class TrainConfig(BaseModel):
                              f"(its actors); give at least {need}")
         return self
 
+    @model_validator(mode="after")
+    def _scenario_fits(self) -> TrainConfig:
+        if self.scenario is not None:
+            from envs.scenario.catalog import load_scenario
+
+            load_scenario(self.scenario)  # an unknown name lists the valid ones
+            if self.algo not in SCENARIO_ALGOS:
+                raise ValueError(f"algo: {self.algo} does not train on a scenario; "
+                                 f"expected one of {', '.join(SCENARIO_ALGOS)}")
+        return self
+
     def interface(self) -> str:
         """The action interface the algorithm acts on (``flat`` or ``branching``)."""
         return spec_of(self.algo).interface
@@ -114,6 +140,11 @@ class TrainConfig(BaseModel):
 
     def train_env_config(self) -> dict[str, Any]:
         """The env_config RLlib gets: the env config on the train seeds, plus the reward scale."""
+        if self.scenario is not None:
+            scale = self.reward_scale if "reward_scale" in self.model_fields_set \
+                else SCENARIO_REWARD_SCALE
+            return {"scenario": self.scenario, "interface": self.interface(),
+                    "seed_pool": list(TRAIN_SEEDS), "reward_scale": scale}
         env = self.env.model_copy(update={"seed_pool": TRAIN_SEEDS})
         return {**env.model_dump(mode="json"), "reward_scale": self.reward_scale}
 
@@ -130,7 +161,13 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
 
     register_rllib_envs()
     spec = spec_of(cfg.algo)
-    env_id = FLAT_ID if spec.interface == "flat" else BRANCHING_ID
+    env_id: Any = FLAT_ID if spec.interface == "flat" else BRANCHING_ID
+    episode_metrics: dict[str, Any] = {"callbacks_class": ClusterMetricsCallback}
+    if cfg.scenario is not None:
+        from envs.scenario.env import MaskedScenarioEnv
+
+        env_id = MaskedScenarioEnv
+        episode_metrics = {"on_episode_end": scenario_episode_end}
     config = (
         spec.new_config()
         .api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
@@ -142,7 +179,7 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
         .rl_module(rl_module_spec=RLModuleSpec(module_class=spec.module(), model_config={
             "encoder": {"hidden": cfg.hidden}, "head_hiddens": [cfg.hidden]},
             load_state_path=cfg.init_module_state))
-        .callbacks(ClusterMetricsCallback, **thread_callbacks(cfg.torch_threads))
+        .callbacks(**episode_metrics, **thread_callbacks(cfg.torch_threads))
         .debugging(seed=cfg.run_seed)
         .reporting(metrics_num_episodes_for_smoothing=20)
     )
@@ -165,6 +202,19 @@ def build_algo_config(cfg: TrainConfig, configure: Callable[[Any], None] | None 
 
                 config.env_runners(env_runner_cls=BatchedSingleAgentEnvRunner)
     return config
+
+
+def scenario_episode_end(*, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
+    """RLlib ``on_episode_end`` on the scenario env: the episode's cost terms
+    (``info["episode"]`` of its last step) under ``env_runners/scenario/...``."""
+    if metrics_logger is None:
+        return
+    summary = (episode.get_infos(-1) or {}).get("episode")
+    if not summary:
+        return
+    for key in SCENARIO_METRICS:
+        metrics_logger.log_value(("scenario", key), float(summary[key]), reduce="mean",
+                                 window=20)
 
 
 def env_steps_of(result: dict[str, Any]) -> int:
@@ -197,6 +247,10 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
            "sla_violation_rate": cluster.get("sla_violation_rate"),
            "toggles": cluster.get("toggles"),
            "invalid_actions": cluster.get("invalid_actions")}
+    scenario = runners.get("scenario", {})
+    for key in SCENARIO_METRICS:  # the scenario env's (its energy where the cluster's is not)
+        if out.get(key) is None:
+            out[key] = scenario.get(key)
     learner = result.get("learners", {}).get("default_policy", {})
     for key, sources in LEARNER_METRICS.items():
         out[key] = next((learner[s] for s in sources if s in learner), None)
@@ -207,6 +261,8 @@ def write_meta(path: Path, cfg: TrainConfig) -> None:
     meta = {"algo": cfg.algo, "interface": cfg.interface(),
             "env": cfg.env.model_dump(mode="json"), "hidden": cfg.hidden,
             "env_steps": cfg.env_steps, "run_seed": cfg.run_seed}
+    if cfg.scenario is not None:  # the observation is envs.scenario.env.masked_observation
+        meta.update(scenario=cfg.scenario, env_config=cfg.train_env_config())
     (path / META_FILE).write_text(json.dumps(meta, indent=1))
 
 
@@ -232,6 +288,9 @@ def check_cluster_fits(config: Any) -> None:
 
 def checkpoint_path(cfg: TrainConfig) -> Path:
     """Where ``train`` writes (and, with ``resume``, reads) the checkpoint of ``cfg``."""
+    if cfg.scenario is not None:
+        return Path(cfg.checkpoint_dir or f"results/checkpoints/{cfg.algo}_{cfg.scenario}"
+                    f"_s{cfg.run_seed}").resolve()
     wl = cfg.env.workload.kind
     return Path(cfg.checkpoint_dir or
                 f"results/checkpoints/{cfg.algo}_{wl}_n{cfg.env.sim.fleet.n_servers}"
@@ -277,3 +336,47 @@ def train(cfg: TrainConfig,
     finally:
         algo.stop()
     return out, history
+
+
+def run_tags(cfg: TrainConfig) -> dict[str, Any]:
+    """MLflow tags of a training run (the sweep's trial tags, for one run)."""
+    where = {"scenario": cfg.scenario} if cfg.scenario is not None else {
+        "workload": cfg.env.workload.kind, "n_servers": cfg.env.sim.fleet.n_servers}
+    return {"kind": "learned", "policy": cfg.algo, "algo": cfg.algo, "run_seed": cfg.run_seed,
+            "interface": cfg.interface(), **where}
+
+
+def train_logged(cfg: TrainConfig, tracking_uri: str | None = None,
+                 experiment: str = "cloudrl-train",
+                 on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+                 after: Callable[[Path], dict[str, float]] | None = None,
+                 ) -> tuple[Path, list[dict[str, float]], str]:
+    """:func:`train` with one MLflow run (``cloudrl.tracking``: the SQLite store by default).
+
+    The run (named ``<algo>-<scenario or workload>-s<run seed>``, tags of :func:`run_tags`)
+    gets the config as params, the metrics of every iteration at ``step = env_steps``, the
+    checkpoint path as tag ``checkpoint`` and, when ``after(checkpoint)`` is given, the
+    metrics it returns (an evaluation, say) at the last step. Returns (checkpoint dir,
+    per-iteration metrics, run id); the run ends FAILED when training or ``after`` raises.
+    """
+    from cloudrl import tracking
+
+    tags = run_tags(cfg)
+    where = tags.get("scenario") or tags["workload"]
+    client, run_id = tracking.open_run(tracking_uri, experiment,
+                                       f"{cfg.algo}-{where}-s{cfg.run_seed}", tags)
+    with tracking.finishing(client, run_id):
+        tracking.log_params(client, run_id, {**cfg.model_dump(mode="json"),
+                                             "env_config": cfg.train_env_config()})
+
+        def logged(it: int, metrics: dict[str, float]) -> None:
+            tracking.log_metrics(client, run_id, metrics, step=int(metrics["env_steps"]))
+            if on_iteration is not None:
+                on_iteration(it, metrics)
+
+        path, history = train(cfg, on_iteration=logged, configure=None)
+        client.set_tag(run_id, "checkpoint", str(path))
+        if after is not None:
+            step = int(history[-1]["env_steps"]) if history else 0
+            tracking.log_metrics(client, run_id, after(path), step=step)
+    return path, history, run_id

@@ -18,7 +18,9 @@ from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import Controller, RunAtOnce, run_episode
 from envs.scenario.sim import ScenarioSim
 
-KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded", "learned")
+KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded", "hindsight_mpc",
+         "learned", "rllib")
+LEARNED_KINDS = ("learned", "rllib")  # controllers that run torch
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,19 @@ class ControllerSpec:
             from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 
             return RoundedController(ForecastMPC(MPCConfig(**self.params)))
+        if self.kind == "hindsight_mpc":  # clairvoyant in the signals: a teacher, not a baseline
+            from cloudrl.mpc.forecast_mpc import MPCConfig
+            from cloudrl.mpc.hindsight import HindsightMPC
+
+            return HindsightMPC(MPCConfig(**self.params))
         if self.kind == "learned":  # params: {"checkpoint": DIR}
             from cloudrl.algorithms.distill.policy import load_controller
 
             return load_controller(self.params["checkpoint"], self.name)
+        if self.kind == "rllib":  # params: {"checkpoint": DIR} of `cloudrl train --scenario`
+            from cloudrl.scenarios.rl_policy import load_rl_controller
+
+            return load_rl_controller(self.params["checkpoint"], self.name)
         raise ValueError(f"controller kind {self.kind!r}; valid: {', '.join(KINDS)}")
 
 
@@ -96,7 +107,7 @@ def run_controllers(cfg: ScenarioConfig, specs: list[ControllerSpec], seeds: lis
         import multiprocessing
 
         ctx = multiprocessing.get_context(
-            "spawn" if any(s.kind == "learned" for s in specs) else None)
+            "spawn" if any(s.kind in LEARNED_KINDS for s in specs) else None)
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             parts = list(pool.map(_work, jobs))
     by = {(i, s): m for part in parts for i, s, m in part}

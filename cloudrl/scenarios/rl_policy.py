@@ -1,0 +1,205 @@
+"""A policy trained with RLlib on a scenario (``cloudrl train --scenario``) as a scenario
+controller, and its comparison with the signal-aware heuristic.
+
+:class:`RLlibController` has the interface of
+:class:`cloudrl.algorithms.distill.policy.LearnedController`: it observes exactly as the
+env does (:func:`envs.scenario.env.observe` of the online
+:class:`~envs.scenario.control.PlanView`, in the masked layout the env wrapper
+:class:`envs.scenario.env.MaskedScenarioEnv` trained it on), plays the module's greedy
+action (Q-learners: the argmax of the Q-values, per branch for BDQ; PPO: the most
+probable action) and sets the env's controls for it; ``decide_times`` records the wall
+time of each decision (view + observation + forward, batch 1, in-process), the forward on
+``threads`` torch intra-op threads (default 1; the process setting is restored after).
+
+A checkpoint is the directory ``cloudrl train --scenario`` writes: RLlib's checkpoint of
+the algorithm (the module under ``learner_group/learner/rl_module/default_policy``) and
+``cloudrl.json`` (algorithm, interface, scenario). :func:`load_rl_controller` reads it;
+the scenario runner plays it as ``ControllerSpec("rllib", {"checkpoint": DIR})`` (and
+imports this module for that, so nothing here imports the runner); :func:`format_table`
+and :func:`comparison_metrics` read the runner's per-seed results of a checkpoint beside
+the heuristic (labelled ``"heuristic"``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.scenario.control import plan_view, release_and_ready
+from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS, masked_observation, observe
+from envs.scenario.sim import ScenarioSim
+
+# (column, header, scale) of the validation table: per-episode means
+TABLE_COLUMNS = (("cost_usd", "cost $", 1.0), ("energy_kwh", "kWh", 1.0),
+                 ("carbon_kg", "kgCO2", 1.0), ("sla_lc", "SLA LC %", 100.0),
+                 ("sla_batch", "SLA batch %", 100.0))
+
+
+class RLCheckpointError(ValueError):
+    """A directory that is not a checkpoint of ``cloudrl train --scenario``."""
+
+
+def read_scenario_meta(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's ``cloudrl.json``; a :class:`RLCheckpointError` names what is wrong."""
+    from cloudrl.checkpoint_policy import read_meta
+
+    try:
+        meta = read_meta(path)
+    except (OSError, ValueError) as e:
+        raise RLCheckpointError(f"checkpoint {path}: {e}") from None
+    if meta.get("scenario") is None:
+        raise RLCheckpointError(f"checkpoint {path}: trained on the cluster env, not on a "
+                                f"scenario (train one with 'cloudrl train --scenario NAME')")
+    return meta
+
+
+def load_module(path: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The checkpoint's RLModule (eval mode, CPU) and its ``cloudrl.json``."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from cloudrl.checkpoint_policy import MODULE_SUBDIR
+
+    meta = read_scenario_meta(path)
+    module = RLModule.from_checkpoint(str(Path(path).resolve() / MODULE_SUBDIR))
+    module.eval()
+    return module, meta
+
+
+class RLlibController:
+    """Plays an RLlib module greedily on the scenario; see the module docstring."""
+
+    clairvoyant = False
+
+    def __init__(self, module: Any, interface: str, name: str = "rllib",
+                 threads: int | None = 1) -> None:
+        if interface not in ("flat", "branching"):
+            raise ValueError(f"interface must be 'flat' or 'branching', got {interface!r}")
+        self.module = module
+        self.interface = interface
+        self.name = name
+        self.threads = threads
+        self.mask_size = (len(RELEASE_LEVELS) * len(READY_MARGINS) if interface == "flat"
+                          else len(RELEASE_LEVELS) + len(READY_MARGINS))
+        self.decide_times: list[float] = []
+
+    def reset(self, sim: ScenarioSim) -> None:
+        self.decide_times = []
+
+    def action(self, obs: np.ndarray) -> tuple[int, int]:
+        """The greedy (release level, ready margin) indices for one observation vector."""
+        import torch
+
+        batch = {k: torch.from_numpy(v[None])
+                 for k, v in masked_observation(obs, self.mask_size).items()}
+        before = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                if hasattr(self.module, "compute_q_values"):  # DQN (B, 24), BDQ (B, 2, 6)
+                    scores = self.module.compute_q_values({"obs": batch})["qf_preds"][0]
+                else:  # PPO: masked logits
+                    scores = self.module.forward_inference({"obs": batch})[
+                        "action_dist_inputs"][0]
+        finally:
+            torch.set_num_threads(before)
+        scores = scores.numpy()
+        if self.interface == "flat":
+            i, j = divmod(int(np.argmax(scores)), len(READY_MARGINS))
+            return i, j
+        # BDQ pads the shorter branch with FLOAT_MIN: the argmax stays inside each branch
+        return int(np.argmax(scores[0])), int(np.argmax(scores[1]))
+
+    def decide(self, sim: ScenarioSim) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        v = plan_view(sim)
+        i, j = self.action(observe(sim, v))
+        out = release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
+        self.decide_times.append(time.perf_counter() - t0)
+        return out
+
+
+def load_rl_controller(path: str | Path, name: str = "rllib") -> RLlibController:
+    """The greedy controller of a ``cloudrl train --scenario`` checkpoint."""
+    module, meta = load_module(path)
+    return RLlibController(module, meta["interface"], name)
+
+
+def heuristic_params(given: str | None, scenario: str) -> dict[str, Any]:
+    """The signal-aware heuristic's parameters from ``--heuristic-params``: a JSON object or
+    a JSON file holding one of: its parameters (``{"quantile": ...}``), the ``--params``
+    of ``cloudrl scenarios evaluate`` (``{"signal_aware": {...}}``) or the ``--json`` of
+    ``cloudrl scenarios headroom`` (the tuned parameters of the scenario's row). None: the
+    defaults ({}). Raises ValueError naming what is wrong."""
+    from cloudrl.heuristics.signal_aware import SignalAwareConfig
+
+    if not given:
+        return {}
+    text = given
+    if not given.lstrip().startswith("{"):
+        try:
+            text = Path(given).read_text()
+        except OSError as e:
+            raise ValueError(f"--heuristic-params {given}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--heuristic-params is not valid JSON: {e}") from None
+    if isinstance(data, dict) and isinstance(data.get("scenarios"), list):
+        rows = [r for r in data["scenarios"] if r.get("name") == scenario]
+        if not rows:
+            raise ValueError(f"--heuristic-params {given}: no row for scenario {scenario!r}")
+        data = rows[0].get("heuristic_params", {})
+    elif isinstance(data, dict) and isinstance(data.get("signal_aware"), dict):
+        data = data["signal_aware"]
+    if not isinstance(data, dict):
+        raise ValueError("--heuristic-params: expected a JSON object")
+    SignalAwareConfig.from_dict(data)  # unknown names fail here, not in a worker
+    return data
+
+
+def means(per_seed: list[dict[str, float]]) -> dict[str, float]:
+    """Mean per episode of each metric the runner reports."""
+    keys = [k for k in per_seed[0] if all(k in m for m in per_seed)]
+    return {k: float(np.mean([m[k] for m in per_seed])) for k in keys}
+
+
+def format_table(results: dict[str, list[dict[str, float]]]) -> str:
+    """The table ``cloudrl train --scenario`` prints: mean cost $, kWh, kgCO2 and the SLA
+    violation rate of each class per policy, then each learned policy's paired cost
+    difference to the heuristic ($, 95% t-interval, % of the heuristic's cost)."""
+    from cloudrl.metrics import summarize
+
+    lines = [f"{'policy':12s}" + "".join(f"{h:>13s}" for _, h, _ in TABLE_COLUMNS)]
+    for name, per_seed in results.items():
+        avg = means(per_seed)
+        lines.append(f"{name:12s}" + "".join(f"{avg[c] * s:13.4f}"
+                                             for c, _, s in TABLE_COLUMNS))
+    if "heuristic" in results:
+        base = np.array([m["cost_usd"] for m in results["heuristic"]])
+        for name, per_seed in results.items():
+            if name == "heuristic":
+                continue
+            diff = summarize(np.array([m["cost_usd"] for m in per_seed]) - base)
+            d, lo, hi = diff.mean, diff.mean - diff.ci95, diff.mean + diff.ci95
+            lines.append(f"{name} - heuristic: {d:+.2f} $ [{lo:+.2f}, {hi:+.2f}] "
+                         f"({100 * d / base.mean():+.1f}% of the heuristic's cost; paired by "
+                         f"seed, 95% t-interval)")
+    return "\n".join(lines)
+
+
+def comparison_metrics(results: dict[str, list[dict[str, float]]], label: str,
+                       prefix: str = "val") -> dict[str, float]:
+    """MLflow metrics of one learned policy and the heuristic on the same seeds:
+    ``<prefix>/<metric>`` (learned), ``<prefix>/heuristic_<metric>`` and
+    ``<prefix>/cost_diff_pct`` (learned minus heuristic, % of the heuristic's cost)."""
+    learned, heur = means(results[label]), means(results["heuristic"])
+    out = {f"{prefix}/{c}": learned[c] for c, _, _ in TABLE_COLUMNS}
+    out.update({f"{prefix}/heuristic_{c}": heur[c] for c, _, _ in TABLE_COLUMNS})
+    out[f"{prefix}/cost_diff_pct"] = 100 * (learned["cost_usd"] - heur["cost_usd"]) / \
+        heur["cost_usd"]
+    return out
