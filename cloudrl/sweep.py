@@ -30,8 +30,17 @@ decides what gets evaluated; :mod:`cloudrl.sweep_tracking` is the MLflow side, w
 takes plain values (run names, tags, params, evaluation results) and never calls back
 here; :mod:`cloudrl.evaluate` runs the evaluations.
 
+Scenarios: with ``scenario=NAME`` the grid is algos x run seeds on that named scenario
+(``workloads`` and the cluster env settings are unused; the grid's ``workload`` key holds
+the scenario's name); each trial trains on the scenario env (``TrainConfig.scenario``),
+and after ``fit()`` the final checkpoints and the signal-aware heuristic are played on the
+same test seeds by the evaluator the caller passes (``cloudrl sweep --scenario`` passes
+``cloudrl.cli.compare_with_heuristic``), their ``test/<metric>_mean`` /
+``_ci95`` logged as above (the heuristic: one run, ``policy=signal_aware``).
+
 CLI: ``cloudrl sweep --config experiments/configs/sweep_small.yaml``;
-``cloudrl sweep --resume <experiment dir, or its name under --storage-path>``.
+``cloudrl sweep --resume <experiment dir, or its name under --storage-path>``;
+``cloudrl sweep --scenario scarcity_spikes --algos dqn bdq --run-seeds 0 1``.
 """
 
 from __future__ import annotations
@@ -42,10 +51,18 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cloudrl import tracking
 from cloudrl.algorithms.specs import Algo, hparams_by_algo, spec_of
@@ -56,10 +73,12 @@ from cloudrl.sweep_tracking import (
     TrialRun,
     find_runs,
     log_evaluation,
+    log_scenario_evaluation,
     logged_test_metrics,
     run_name,
 )
 from cloudrl.training import (
+    SCENARIO_ALGOS,
     TrainConfig,
     build_algo_config,
     flat_metrics,
@@ -73,6 +92,10 @@ SWEEP_FILE = "cloudrl_sweep.json"  # the SweepConfig, in the Tune experiment dir
 # Test-only fault injection, read by the driver: "<trial|driver>:<iteration>:<marker file>".
 # See ``_inject_fault``.
 FAULT_ENV = "CLOUDRL_SWEEP_TEST_FAULT"
+# (scenario, {label: checkpoint dir}, seeds, heuristic params, workers) -> per-seed metrics
+# of "heuristic" and of each label, paired by seed (the scenario runner's metric dicts)
+ScenarioEvaluator = Callable[[str, dict[str, str], list[int], dict[str, Any], int],
+                             dict[str, list[dict[str, float]]]]
 
 
 class SweepConfig(BaseModel):
@@ -113,6 +136,35 @@ class SweepConfig(BaseModel):
     cpus_per_trial: float = Field(default=1.0, gt=0)
     tracking_uri: str | None = None
     verbose: int = Field(default=1, ge=0, le=3)
+    scenario: str | None = Field(
+        default=None, description="a named scenario: algos x run seeds on it instead of "
+        "workloads, evaluated against the signal-aware heuristic")
+    scenario_heuristic: dict[str, Any] = Field(
+        default_factory=dict, description="with scenario: the signal-aware heuristic's "
+        "parameters (default: its defaults)")
+
+    @model_validator(mode="after")
+    def _scenario_fits(self) -> SweepConfig:
+        if self.scenario is not None:
+            from envs.scenario.catalog import load_scenario
+
+            load_scenario(self.scenario)  # an unknown name lists the valid ones
+            bad = [a for a in self.algos if a not in SCENARIO_ALGOS]
+            if bad:
+                raise ValueError(f"algos: {bad} do not train on a scenario; expected some "
+                                 f"of {', '.join(SCENARIO_ALGOS)}")
+        return self
+
+    def grid_workloads(self) -> list[str]:
+        """The grid's ``workload`` axis: the workloads, or the one scenario."""
+        return [self.scenario] if self.scenario is not None else list(self.workloads)
+
+    def trial_run_name(self, policy: str, workload: str, run_seed: int | None = None) -> str:
+        """MLflow run name: ``<policy>-<workload>-n<N>[-s<seed>]``, on a scenario
+        ``<policy>-<scenario>[-s<seed>]``."""
+        if self.scenario is not None:
+            return f"{policy}-{workload}" + (f"-s{run_seed}" if run_seed is not None else "")
+        return run_name(policy, workload, self.n_servers, run_seed)
 
     def interfaces(self) -> list[str]:
         """The action interfaces the sweep's algorithms act on (heuristics run on each)."""
@@ -176,6 +228,10 @@ class SweepConfig(BaseModel):
         return EnvConfig.model_validate(env)
 
     def train_config(self, algo: str, workload: str, run_seed: int) -> TrainConfig:
+        if self.scenario is not None:
+            return TrainConfig(algo=algo, scenario=self.scenario, env_steps=self.env_steps,
+                               num_env_runners=self.num_env_runners, run_seed=run_seed,
+                               hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})))
         return TrainConfig(algo=algo, env=self.env_config(workload), env_steps=self.env_steps,
                            num_env_runners=self.num_env_runners, run_seed=run_seed,
                            hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})))
@@ -204,7 +260,7 @@ def check_algo_configs(sweep: SweepConfig) -> None:
     RLlib rejects (a minibatch larger than the batch, say) fail fast, by algorithm name."""
     for algo in sweep.algos:
         try:
-            algo_config_for(sweep, sweep.train_config(algo, sweep.workloads[0],
+            algo_config_for(sweep, sweep.train_config(algo, sweep.grid_workloads()[0],
                                                       sweep.run_seeds[0])).validate()
         except (TypeError, ValueError) as e:
             raise ConfigError(f"invalid config (sweep): hparams.{algo}: {e}") from None
@@ -322,8 +378,11 @@ def _trainable(sweep: SweepConfig) -> Any:
         resources)
 
 
-def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
+def run_sweep(sweep: SweepConfig,
+              evaluate_scenario: ScenarioEvaluator | None = None) -> dict[str, Any]:
     """Run the Tune sweep, evaluate every final checkpoint and the heuristics, log to MLflow.
+
+    A scenario sweep needs ``evaluate_scenario`` (see :data:`ScenarioEvaluator`).
 
     Returns ``{"sweep_id", "tracking_uri", "experiment", "learned": [...], "heuristics": [...],
     "failed": [trial ids], "experiment_dir"}``; each row has the run id and the test metrics
@@ -331,6 +390,9 @@ def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
     """
     from ray import tune
 
+    if sweep.scenario is not None and evaluate_scenario is None:
+        raise ConfigError("a scenario sweep needs an evaluator (evaluate_scenario=cloudrl.cli."
+                          "compare_with_heuristic)")
     check_algo_configs(sweep)
     _start_ray()
     name = sweep.name or f"{sweep.experiment}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -345,7 +407,7 @@ def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
         _trainable(sweep),
         param_space={"algo": tune.grid_search(list(sweep.algos)),
                      "run_seed": tune.grid_search(list(sweep.run_seeds)),
-                     "workload": tune.grid_search(list(sweep.workloads))},
+                     "workload": tune.grid_search(sweep.grid_workloads())},
         tune_config=tune.TuneConfig(max_concurrent_trials=sweep.max_concurrent_trials),
         run_config=tune.RunConfig(
             name=name, storage_path=str(storage), verbose=sweep.verbose,
@@ -356,7 +418,7 @@ def run_sweep(sweep: SweepConfig) -> dict[str, Any]:
             callbacks=[callback]),
     )
     (storage / name / SWEEP_FILE).write_text(sweep.model_dump_json(indent=1))  # Tuner made it
-    return _finish(sweep, storage / name, tuner.fit(), callback)
+    return _finish(sweep, storage / name, tuner.fit(), callback, evaluate_scenario)
 
 
 def experiment_dir(ref: str | Path, storage_path: str | Path | None = None) -> Path:
@@ -379,7 +441,8 @@ def saved_sweep(exp: Path) -> SweepConfig:
         raise ConfigError(format_validation_error(e, str(exp / SWEEP_FILE))) from None
 
 
-def resume_sweep(ref: str | Path, storage_path: str | Path | None = None) -> dict[str, Any]:
+def resume_sweep(ref: str | Path, storage_path: str | Path | None = None,
+                 evaluate_scenario: ScenarioEvaluator | None = None) -> dict[str, Any]:
     """Continue a sweep whose driver died (``ref``: see ``experiment_dir``); as run_sweep.
 
     ``Tuner.restore(..., resume_unfinished=True, resume_errored=True)``: finished trials are
@@ -392,6 +455,9 @@ def resume_sweep(ref: str | Path, storage_path: str | Path | None = None) -> dic
 
     exp = experiment_dir(ref, storage_path)
     sweep = saved_sweep(exp)
+    if sweep.scenario is not None and evaluate_scenario is None:
+        raise ConfigError("a scenario sweep needs an evaluator (evaluate_scenario=cloudrl.cli."
+                          "compare_with_heuristic)")
     if not tune.Tuner.can_restore(exp):
         raise ConfigError(f"{exp}: no Tune experiment state to restore")
     _start_ray()
@@ -399,11 +465,14 @@ def resume_sweep(ref: str | Path, storage_path: str | Path | None = None) -> dic
                                resume_unfinished=True, resume_errored=True)
     # Tune drives the callback pickled with the experiment; this one only finds the runs.
     callback = trial_callback(sweep, sweep_id=sweep.name or exp.name)
-    return _finish(sweep, exp, tuner.fit(), callback)
+    return _finish(sweep, exp, tuner.fit(), callback, evaluate_scenario)
 
 
 def common_tags(sweep: SweepConfig, sweep_id: str, workload: str) -> dict[str, Any]:
     """Tags of every MLflow run of the sweep on ``workload`` (trials and heuristics)."""
+    if sweep.scenario is not None:
+        return {"sweep_id": sweep_id, "scenario": workload, "workload": workload,
+                "eval_seeds": sweep.eval_seeds}
     env = sweep.env_config(workload)
     return {"sweep_id": sweep_id, "workload": workload, "n_servers": sweep.n_servers,
             "episode_length": env.sim.episode_length, "eval_seeds": sweep.eval_seeds}
@@ -413,7 +482,7 @@ def trial_callback(sweep: SweepConfig, sweep_id: str) -> MlflowTrialCallback:
     """The MLflow callback, told every grid point's run name, tags and params up front."""
     runs = {}
     for algo in sweep.algos:
-        for workload in sweep.workloads:
+        for workload in sweep.grid_workloads():
             for seed in sweep.run_seeds:
                 cfg = sweep.train_config(algo, workload, seed)
                 tags = {**common_tags(sweep, sweep_id, workload), "kind": "learned",
@@ -422,7 +491,7 @@ def trial_callback(sweep: SweepConfig, sweep_id: str) -> MlflowTrialCallback:
                 params = {**cfg.model_dump(mode="json", exclude={"checkpoint_dir"}),
                           "reporting": sweep.reporting, "env_runners": sweep.env_runners}
                 runs[(algo, workload, seed)] = TrialRun(
-                    run_name(algo, workload, sweep.n_servers, seed), tags, params)
+                    sweep.trial_run_name(algo, workload, seed), tags, params)
     return MlflowTrialCallback(str(sweep.tracking_uri or tracking.resolve_tracking_uri()),
                                sweep.experiment, sweep_id, GRID_KEYS, runs)
 
@@ -502,11 +571,50 @@ def evaluate_heuristics(sweep: SweepConfig, sweep_id: str, client: Any, experime
     return rows
 
 
-def _finish(sweep: SweepConfig, exp: Path, grid: Any,
-            callback: MlflowTrialCallback) -> dict[str, Any]:
+def evaluate_scenario_trials(sweep: SweepConfig, trials: list[tuple[Any, str]],
+                             callback: MlflowTrialCallback, evaluate: ScenarioEvaluator
+                             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A scenario sweep's evaluation: every final checkpoint (``trials``: Tune result and
+    run id) and the signal-aware heuristic on the same test seeds, in one call of
+    ``evaluate``; logged into the trials' runs and one heuristic run (found again on a
+    resume). Returns (learned rows, heuristic rows) as :func:`run_sweep`'s."""
+    from cloudrl.protocol import test_seeds
+
+    client, scenario = callback.client, str(sweep.scenario)
+    checkpoints, rows = {}, []
+    for result, run_id in trials:
+        algo, _, seed = trial_keys(result.config)
+        checkpoints[f"{algo}-s{seed}"] = str(Path(result.checkpoint.path))
+        rows.append({"run_id": run_id, "policy": algo, "workload": scenario,
+                     "scenario": scenario, "run_seed": seed,
+                     "checkpoint": checkpoints[f"{algo}-s{seed}"],
+                     "env_steps": int(result.metrics.get("env_steps", 0)),
+                     "num_failures": int(client.get_run(run_id).data.tags.get(
+                         "num_failures", 0))})
+    per_seed = evaluate(scenario, checkpoints, list(test_seeds(sweep.eval_seeds)),
+                        dict(sweep.scenario_heuristic), sweep.eval_workers)
+    for row, label in zip(rows, checkpoints, strict=True):
+        client.set_tag(row["run_id"], "checkpoint", row["checkpoint"])
+        row.update(log_scenario_evaluation(client, row["run_id"], per_seed[label],
+                                           row["env_steps"]))
+    tags = {**common_tags(sweep, callback.sweep_id, scenario), "kind": "heuristic",
+            "policy": "signal_aware"}
+    found = find_runs(client, callback.experiment_id, tags)
+    run_id = found[0].info.run_id if found else tracking.start_run(
+        client, callback.experiment_id, sweep.trial_run_name("signal_aware", scenario), tags)
+    if not found:
+        tracking.log_params(client, run_id, {"signal_aware": sweep.scenario_heuristic})
+    metrics = log_scenario_evaluation(client, run_id, per_seed["heuristic"], 0)
+    tracking.end_run(client, run_id)
+    return rows, [{"run_id": run_id, "policy": "signal_aware", "workload": scenario,
+                   "scenario": scenario, **metrics}]
+
+
+def _finish(sweep: SweepConfig, exp: Path, grid: Any, callback: MlflowTrialCallback,
+            evaluate_scenario: ScenarioEvaluator | None = None) -> dict[str, Any]:
     """After ``fit()``: evaluate each trial's final checkpoint, then the heuristics."""
     eval_dir = exp / "eval"
-    learned, failed = [], []
+    learned, failed, trained = [], [], []
     for result in grid:
         trial_id = (result.metrics or {}).get("trial_id")
         run_id = callback.run_id_for(trial_id) if trial_id is not None else None
@@ -514,6 +622,16 @@ def _finish(sweep: SweepConfig, exp: Path, grid: Any,
             failed.append(trial_id or str(result.path))
             log.error("trial %s failed: %s", trial_id or result.path, result.error)
             continue
+        trained.append((result, run_id))
+    if sweep.scenario is not None:
+        if evaluate_scenario is None:
+            raise ConfigError("a scenario sweep needs an evaluator to finish")
+        learned, heuristics = evaluate_scenario_trials(
+            sweep, trained, callback, evaluate_scenario) if trained else ([], [])
+        return {"sweep_id": callback.sweep_id, "tracking_uri": callback.client.tracking_uri,
+                "experiment": sweep.experiment, "learned": learned,
+                "heuristics": heuristics, "failed": failed, "experiment_dir": str(exp)}
+    for result, run_id in trained:
         learned.append(evaluate_trial(sweep, result, run_id, callback.client, eval_dir))
     heuristics = evaluate_heuristics(sweep, callback.sweep_id, callback.client,
                                       callback.experiment_id, eval_dir) if sweep.heuristics else []

@@ -29,8 +29,12 @@ from cloudrl.metrics import METRICS
 
 TRACKED_METRICS = ("env_steps", "episode_return_mean", "energy_kwh", "sla_violation_rate",
                    "toggles", "invalid_actions", "total_loss", "policy_loss", "vf_loss",
-                   "entropy", "qf_loss")  # the keys training.flat_metrics() can return
+                   "entropy", "qf_loss", "cost_usd", "carbon_kg", "sla_lc",
+                   "sla_batch")  # the keys training.flat_metrics() can return
 TEST_METRIC_KEYS = tuple(f"test/{m}_{s}" for m in METRICS for s in ("mean", "ci95"))
+# what a scenario sweep logs per policy (the scenario runner's per-episode metrics)
+SCENARIO_TEST_METRICS = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh",
+                         "carbon_kg", "sla_lc", "sla_batch")
 
 
 def run_name(policy: str, workload: str, n_servers: int, run_seed: int | None = None) -> str:
@@ -153,4 +157,18 @@ def log_evaluation(client: Any, run_id: str, results: list, out: Path, step: int
     tracking.log_metrics(client, run_id, metrics, step=step)
     paths = write_results(results, [row], out, eval_cfg)
     tracking.log_artifacts(client, run_id, paths, artifact_path="eval")
+    return metrics
+
+
+def log_scenario_evaluation(client: Any, run_id: str, per_seed: list[dict[str, float]],
+                            step: int) -> dict[str, float]:
+    """``test/<metric>_mean`` and ``_ci95`` (half-width of the 95% t-interval) of one
+    policy's per-seed scenario metrics (``SCENARIO_TEST_METRICS``) into a run."""
+    from cloudrl.metrics import summarize
+
+    metrics: dict[str, float] = {}
+    for m in SCENARIO_TEST_METRICS:
+        s = summarize([float(r[m]) for r in per_seed])
+        metrics[f"test/{m}_mean"], metrics[f"test/{m}_ci95"] = s.mean, s.ci95
+    tracking.log_metrics(client, run_id, metrics, step=step)
     return metrics
