@@ -1,0 +1,253 @@
+"""RLlib training on a named scenario (``cloudrl train --scenario``, ``cloudrl sweep
+--scenario``) and the controller that plays its checkpoints in the scenario runner.
+
+One module-scoped run trains PPO, DQN (flat Discrete(24) env) and BDQ (branching
+MultiDiscrete([6, 4]) env) on the ``tiny`` scenario for a few hundred env steps each,
+through the env wrapper that gives the project's masked RLModules their Dict observation;
+the tests read the checkpoints back. The command-line errors need no Ray. The scenario
+sweep (Ray Tune, MLflow) is ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cloudrl import cli
+from cloudrl.protocol import validation_seeds
+
+ALGOS = ("ppo", "dqn", "bdq")
+TINY_HPARAMS: dict[str, dict[str, Any]] = {
+    "ppo": {"train_batch_size_per_learner": 160, "minibatch_size": 40, "num_epochs": 1},
+    "dqn": {"train_batch_size_per_learner": 32, "num_steps_sampled_before_learning_starts": 100,
+            "target_network_update_freq": 50},
+    "bdq": {"train_batch_size_per_learner": 32, "num_steps_sampled_before_learning_starts": 100,
+            "target_network_update_freq": 50},
+}
+SEEDS = list(validation_seeds(2))
+
+
+def _small_iterations(config: Any) -> None:
+    """Iterations of ~100 env steps (DQN's default samples at least 1,000 per iteration)."""
+    config.reporting(min_sample_timesteps_per_iteration=100)
+
+
+@pytest.fixture(scope="module")
+def trained(ray_session: None, tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, tuple[Path, list[dict[str, float]]]]:
+    from cloudrl.training import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("scenario_train")
+    out = {}
+    for algo in ALGOS:
+        cfg = TrainConfig(algo=algo, scenario="tiny", env_steps=200, hidden=16,
+                          envs_per_runner=2, hparams=TINY_HPARAMS[algo],
+                          checkpoint_dir=str(root / algo))
+        out[algo] = train(cfg, configure=_small_iterations)
+    return out
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, (code, err)
+    return err
+
+
+# -- the command line: errors before any work ---------------------------------------------
+def test_an_unknown_scenario_is_one_line_listing_the_valid_ones(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["train", "--scenario", "nope", "--algo", "dqn"],
+                 ["sweep", "--scenario", "nope"]):
+        err = _one_line_error(capsys, argv)
+        assert "unknown scenario 'nope'" in err and "scarcity_spikes" in err and "tiny" in err
+
+
+def test_scenario_with_a_cluster_workload_is_an_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = _one_line_error(capsys, ["train", "--scenario", "tiny", "--workload", "poisson"])
+    assert "--workload" in err
+    err = _one_line_error(capsys, ["sweep", "--scenario", "tiny", "--workloads", "poisson"])
+    assert "--workloads" in err
+
+
+def test_algorithms_without_a_scenario_module_and_bad_heuristic_params_are_errors(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = _one_line_error(capsys, ["train", "--scenario", "tiny", "--algo", "appo"])
+    assert "ppo, dqn, bdq" in err
+    err = _one_line_error(capsys, ["sweep", "--scenario", "tiny", "--algos", "ppo", "appo"])
+    assert "appo" in err
+    err = _one_line_error(capsys, ["train", "--scenario", "tiny", "--heuristic-params",
+                                   '{"quantile": 0.5, "bogus": 1}'])
+    assert "bogus" in err
+
+
+def test_timesteps_is_the_env_step_budget() -> None:
+    args = cli.build_parser().parse_args(["train", "--scenario", "tiny", "--timesteps", "300"])
+    assert args.env_steps == 300 and args.scenario == "tiny"
+
+
+# -- pieces -------------------------------------------------------------------------------
+def test_the_masked_env_gives_the_modules_their_dict_and_draws_train_seeds() -> None:
+    from envs.scenario.env import MaskedScenarioEnv, ScenarioEnv
+
+    for interface, mask in (("flat", 24), ("branching", 10)):
+        env = MaskedScenarioEnv({"scenario": "tiny", "interface": interface,
+                                 "seed_pool": [3, 4]})
+        obs, info = env.reset(seed=123)
+        assert env.observation_space.contains(obs) and info["seed"] in (3, 4)
+        assert obs["action_mask"].shape == (mask,) and obs["action_mask"].all()
+        plain, _ = ScenarioEnv({"scenario": "tiny"}).reset(seed=info["seed"])
+        np.testing.assert_array_equal(obs["macro"], plain)
+        again, info2 = MaskedScenarioEnv({"scenario": "tiny", "interface": interface,
+                                          "seed_pool": [3, 4]}).reset(seed=123)
+        assert info2 == info  # the pool draw follows the reset seed
+
+
+def test_train_config_on_a_scenario() -> None:
+    from cloudrl.training import SCENARIO_REWARD_SCALE, TrainConfig, checkpoint_path
+
+    cfg = TrainConfig(algo="bdq", scenario="tiny", run_seed=2)
+    env = cfg.train_env_config()
+    assert env["interface"] == "branching" and env["reward_scale"] == SCENARIO_REWARD_SCALE
+    assert env["seed_pool"] == list(range(50))
+    assert TrainConfig(algo="dqn", scenario="tiny", reward_scale=0.1).train_env_config()[
+        "reward_scale"] == 0.1
+    assert TrainConfig(algo="dqn", scenario="tiny").interface() == "flat"
+    assert checkpoint_path(cfg).name == "bdq_tiny_s2"
+
+
+def test_heuristic_params_take_the_forms_the_scenario_commands_write(tmp_path: Path) -> None:
+    from cloudrl.scenarios.rl_policy import heuristic_params
+
+    knobs = {"quantile": 0.5, "window_hours": 12.0}
+    assert heuristic_params(None, "tiny") == {}
+    assert heuristic_params(json.dumps(knobs), "tiny") == knobs
+    assert heuristic_params(json.dumps({"signal_aware": knobs, "mpc": {}}), "tiny") == knobs
+    headroom = tmp_path / "headroom.json"
+    headroom.write_text(json.dumps({"scenarios": [{"name": "tiny", "heuristic_params": knobs}]}))
+    assert heuristic_params(str(headroom), "tiny") == knobs
+    with pytest.raises(ValueError, match="no row for scenario"):
+        heuristic_params(str(headroom), "mixed")
+
+
+def test_a_cluster_checkpoint_is_refused_by_name(tmp_path: Path) -> None:
+    from cloudrl.checkpoint_policy import META_FILE, MODULE_SUBDIR
+    from cloudrl.scenarios.rl_policy import RLCheckpointError, load_rl_controller
+
+    (tmp_path / MODULE_SUBDIR).mkdir(parents=True)
+    (tmp_path / META_FILE).write_text(json.dumps({"algo": "dqn", "interface": "flat"}))
+    with pytest.raises(RLCheckpointError, match="not on a scenario"):
+        load_rl_controller(tmp_path)
+    with pytest.raises(RLCheckpointError, match="not a cloudrl checkpoint"):
+        load_rl_controller(tmp_path / "missing")
+
+
+# -- trained on tiny ----------------------------------------------------------------------
+def test_each_algorithm_trains_and_writes_a_scenario_checkpoint(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]]) -> None:
+    from cloudrl.checkpoint_policy import is_checkpoint, read_meta
+
+    for algo, (path, history) in trained.items():
+        meta = read_meta(path)
+        assert is_checkpoint(path) and meta["algo"] == algo and meta["scenario"] == "tiny"
+        assert meta["interface"] == ("branching" if algo == "bdq" else "flat")
+        assert history[-1]["env_steps"] >= 200
+        ended = [h for h in history if "cost_usd" in h]  # 80-decision episodes ended
+        assert ended and all(h["cost_usd"] > 0 and h["energy_kwh"] > 0 for h in ended)
+
+
+def test_the_rllib_controller_replays_a_checkpoint_deterministically(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]]) -> None:
+    from cloudrl.scenarios.rl_policy import load_rl_controller
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+    from envs.scenario.catalog import load_scenario
+    from envs.scenario.env import READY_MARGINS, MaskedScenarioEnv
+
+    cfg = load_scenario("tiny")
+    for algo, (path, _) in trained.items():
+        spec = ControllerSpec("rllib", {"checkpoint": str(path)}, algo)
+        first, again = (run_controllers(cfg, [spec], SEEDS, workers=1)[0] for _ in range(2))
+        assert [m["cost_usd"] for m in first] == [m["cost_usd"] for m in again]
+        assert all(m["decide_p50_ms"] > 0 for m in first)
+        # the controller plays exactly the episode the env gives its greedy actions
+        ctrl = load_rl_controller(path)
+        env = MaskedScenarioEnv({"scenario": "tiny", "interface": ctrl.interface})
+        obs, _ = env.reset(seed=SEEDS[0])
+        done, cost = False, 0.0
+        while not done:
+            i, j = ctrl.action(obs["macro"])
+            action = i * len(READY_MARGINS) + j if ctrl.interface == "flat" else np.array([i, j])
+            obs, reward, done, _, _ = env.step(action)
+            cost -= reward
+        assert cost == pytest.approx(first[0]["cost_usd"], rel=1e-9)
+
+
+def test_the_comparison_table_pairs_checkpoints_with_the_heuristic(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]]) -> None:
+    from cloudrl.scenarios.rl_policy import comparison_metrics, format_table
+
+    res = cli.compare_with_heuristic("tiny", {a: p for a, (p, _) in trained.items()}, SEEDS,
+                                     {"quantile": 0.4}, workers=1)
+    assert list(res) == ["heuristic", *ALGOS] and all(len(r) == len(SEEDS) for r in res.values())
+    table = format_table(res)
+    for header in ("cost $", "kWh", "kgCO2", "SLA LC %", "SLA batch %", "dqn - heuristic"):
+        assert header in table
+    metrics = comparison_metrics(res, "bdq")
+    cost = np.mean([m["cost_usd"] for m in res["bdq"]])
+    assert metrics["val/cost_usd"] == pytest.approx(cost)
+    assert metrics["val/heuristic_cost_usd"] == pytest.approx(
+        np.mean([m["cost_usd"] for m in res["heuristic"]]))
+
+
+def test_cloudrl_train_scenario_logs_to_mlflow_and_prints_the_validation_table(
+        ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cloudrl import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # DQN samples 1,000 env steps per iteration; learning starts after them (a fast test)
+    hparams = {**TINY_HPARAMS["dqn"], "num_steps_sampled_before_learning_starts": 1000}
+    code = cli.main(["train", "--scenario", "tiny", "--algo", "dqn", "--timesteps", "100",
+                     "--hparams", json.dumps(hparams), "--out",
+                     str(tmp_path / "ck"), "--eval-seeds", "1", "--eval-workers", "1",
+                     "--tracking-uri", uri, "--experiment", "test-scenario-train"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "tiny: greedy dqn vs the signal-aware heuristic (defaults) on 1 validation" in out
+    assert "dqn - heuristic:" in out and f"checkpoint: {tmp_path / 'ck'}" in out
+    client = tracking.make_client(uri)
+    exp = client.get_experiment_by_name("test-scenario-train")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["scenario"] == "tiny"
+    assert run.data.tags["checkpoint"] == str(tmp_path / "ck")
+    assert {"val/cost_usd", "val/heuristic_cost_usd", "val/cost_diff_pct", "env_steps",
+            "cost_usd"} <= set(run.data.metrics)
+
+
+@pytest.mark.slow
+def test_a_scenario_sweep_evaluates_trials_and_the_heuristic_on_the_same_seeds(
+        ray_session: None, tmp_path: Path) -> None:
+    from cloudrl import tracking
+    from cloudrl.sweep import SweepConfig, run_sweep
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = SweepConfig(scenario="tiny", algos=["dqn", "bdq"], run_seeds=[0], env_steps=200,
+                      hidden=16, hparams={a: TINY_HPARAMS[a] for a in ("dqn", "bdq")},
+                      reporting={"min_sample_timesteps_per_iteration": 100},
+                      eval_seeds=2, eval_workers=1, experiment="test-scenario-sweep",
+                      max_concurrent_trials=1, verbose=0, storage_path=str(tmp_path / "tune"),
+                      tracking_uri=uri)
+    out = run_sweep(cfg, evaluate_scenario=cli.compare_with_heuristic)
+    assert not out["failed"] and len(out["learned"]) == 2 and len(out["heuristics"]) == 1
+    client = tracking.make_client(uri)
+    runs = client.search_runs([client.get_experiment_by_name(cfg.experiment).experiment_id])
+    assert {r.data.tags["kind"] for r in runs} == {"learned", "heuristic"}
+    assert all(r.data.tags["scenario"] == "tiny" for r in runs)
+    for row in out["learned"] + out["heuristics"]:
+        assert row["test/cost_usd_mean"] > 0
+        logged = client.get_run(row["run_id"]).data.metrics
+        assert logged["test/cost_usd_mean"] == pytest.approx(row["test/cost_usd_mean"])
