@@ -158,31 +158,27 @@ class _ClusterEnvBase(gym.Env):
             "r_energy": -r_energy, "r_sla": -r_sla, "r_toggle": -r_toggle,
             "r_invalid": -r_invalid,
         }
-        if self.n_signal:
-            r_signal = self._signal_cost(out, t, info)
-            return -(r_energy + r_sla + r_toggle + r_invalid + r_signal), info
-        return -(r_energy + r_sla + r_toggle + r_invalid), info
-
-    def _signal_cost(self, out: TickOutcome, t: int, info: dict[str, Any]) -> float:
-        """``r_signal`` of a step from tick ``t``; adds the signal terms to ``info``
-        (``envs.vector_kernels.step_batch`` does the same operations)."""
-        if self._sig_rows is None:  # Python floats: cheaper per step than numpy scalars
+        if not self.n_signal:
+            return -(r_energy + r_sla + r_toggle + r_invalid), info
+        # the step's dollar cost at tick t's signals (envs.vector_kernels.step_batch does
+        # the same operations)
+        rows = self._sig_rows
+        if rows is None:  # Python floats: cheaper per step than numpy scalars
             sig = self.signals
-            self._sig_rows = (sig.price.tolist(), sig.carbon.tolist(), sig.solar_j.tolist())
-        price, carbon, solar = self._sig_rows
+            rows = self._sig_rows = (sig.price.tolist(), sig.carbon.tolist(),
+                                     sig.solar_j.tolist())
         export_price, carbon_usd_per_kg, reward_per_usd = self._spar
-        energy, solar_j = out.energy_j, solar[t]
+        energy, solar_j = out.energy_j, rows[2][t]
         grid_j = energy - solar_j if energy > solar_j else 0.0
         export_j = solar_j - energy if solar_j > energy else 0.0
         grid_kwh = grid_j / 3.6e6
-        energy_usd = grid_kwh * price[t] / 1000.0 - export_j / 3.6e6 * export_price / 1000.0
-        carbon_kg = grid_kwh * carbon[t] / 1000.0
-        cost_usd = energy_usd + carbon_kg * carbon_usd_per_kg
-        r_signal = reward_per_usd * cost_usd
+        energy_usd = grid_kwh * rows[0][t] / 1000.0 - export_j / 3.6e6 * export_price / 1000.0
+        carbon_kg = grid_kwh * rows[1][t] / 1000.0
+        r_signal = reward_per_usd * (energy_usd + carbon_kg * carbon_usd_per_kg)
         info["energy_usd"] = energy_usd
         info["carbon_kg"] = carbon_kg
         info["r_signal"] = -r_signal
-        return r_signal
+        return -(r_energy + r_sla + r_toggle + r_invalid + r_signal), info
 
     @property
     def action_mask(self) -> np.ndarray:

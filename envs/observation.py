@@ -171,14 +171,21 @@ class ObservationBuilder:
         ``signal_features``: the episode's (ticks + 1, n_signal) table of signal columns
         (:class:`EpisodeSignals`); the current tick's row is appended to ``macro``."""
         sim = self.sim
+        if signal_features is not None:
+            macro, servers, jobs, mask, mask_f = vk.observe_env_signals(
+                sim.dyn, np.array(sim.queue, dtype=np.int64), sim.job_cpu, sim.job_mem,
+                sim.job_arrival, sim.job_duration, sim.job_latest_start, sim.t,
+                sim.clock_offset, sim.arrival_ema, sim.violation_ema, self._cpu_cap,
+                self._mem_cap, self._tier, self._static, self._flag_scale, self._tier_norm,
+                self._sin, self._cos, self.fpar, self.ipar, signal_features[sim.t])
+            return {"macro": macro, "servers": servers, "jobs": jobs,
+                    "action_mask": mask_f}, mask
         macro, servers, jobs, mask, mask_f = kernels.observe_env(
             sim.dyn, np.array(sim.queue, dtype=np.int64), sim.job_cpu, sim.job_mem,
             sim.job_arrival, sim.job_duration, sim.job_latest_start, sim.t, sim.clock_offset,
             sim.arrival_ema, sim.violation_ema, self._cpu_cap, self._mem_cap, self._tier,
             self._static, self._flag_scale, self._tier_norm, self._sin, self._cos, self.fpar,
             self.ipar)
-        if signal_features is not None:
-            macro = np.concatenate((macro, signal_features[sim.t]))
         return {"macro": macro, "servers": servers, "jobs": jobs, "action_mask": mask_f}, mask
 
 

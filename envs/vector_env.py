@@ -325,6 +325,18 @@ def warm_up() -> None:
     forecast summary (``envs.observation.episode_signals``)."""
     vk.forecast_window_stats(np.ones((1, 3)), np.zeros((1, 3)), 0.1, 2, 1, np.empty((1, 2)),
                              np.empty((1, 2)))
+    # the single env's observation with signals (its feature rows are read-only)
+    dyn = np.zeros((1, 9))
+    dyn[0, 2] = 1.0
+    ones, ids = np.ones(1), np.zeros(1, dtype=np.int64)
+    fpar, ipar = np.ones(9), np.ones(8, dtype=np.int64)
+    row = np.zeros(6, dtype=np.float32)
+    row.setflags(write=False)
+    for branching in (0, 1):
+        ipar[vk.Q_BRANCHING] = branching
+        vk.observe_env_signals(dyn, ids, ones, ones, ids, ids, ids, 0, 0, 0.0, 0.0, ones, ones,
+                               ids, np.zeros((1, 13), dtype=np.float32), np.ones(5),
+                               np.ones((4, 1)), ones, ones, fpar, ipar, row)
     for cls in (ClusterSchedulingVectorEnv, ClusterBranchingVectorEnv):
         env = cls(1, {"n_servers": 2, "sim": {"episode_length": 2}})
         env.reset(seed=0)

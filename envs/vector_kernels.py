@@ -503,3 +503,38 @@ def forecast_window_stats(truth, paths, error, horizon, every, out_mean,
                     pre_sum += fc[horizon + i - 1]
                 out_min[r, t0 + i] = min(suf_min[i], pre_min)
                 out_mean[r, t0 + i] = (suf_sum[i] + pre_sum) / horizon
+
+
+@numba.njit(cache=True)
+def observe_env_signals(dyn, queue, job_cpu, job_mem, job_arrival, job_dur, job_latest, t,
+                        clock_offset, arrival_ema, violation_ema, cpu_cap, mem_cap, tier,
+                        static, flag_scale, tier_norm, sin_tab, cos_tab, fpar, ipar,
+                        sig_row):  # pragma: no cover
+    """``envs.kernels.observe_env`` (the single env's observation in one call) with the
+    signal columns ``sig_row`` appended to the macro row: ``(macro, servers, jobs, bool
+    mask, float32 mask)``, fresh arrays."""
+    n = dyn.shape[0]
+    window = ipar[Q_WINDOW]
+    n_tiers = ipar[Q_TIERS]
+    if ipar[Q_BRANCHING] != 0:
+        mask_size = window * (n + 1) + 3 * n_tiers + ipar[Q_LEVELS]
+    else:
+        mask_size = window * n + n + 1
+    ist = np.zeros(N_ISTATE, dtype=np.int64)
+    ist[I_T] = t
+    ist[I_QLEN] = queue.shape[0]
+    ist[I_CLOCK_OFFSET] = clock_offset
+    fema = np.empty(2)
+    fema[0] = arrival_ema
+    fema[1] = violation_ema
+    base = 4 * n_tiers + 11
+    macro = np.empty(base + sig_row.shape[0], dtype=np.float32)
+    servers = np.empty((n, static.shape[1]), dtype=np.float32)
+    jobs = np.empty((window, 7), dtype=np.float32)
+    mask = np.empty(mask_size, dtype=np.bool_)
+    observe_one(dyn, ist, fema, queue, job_cpu, job_mem, job_arrival, job_dur, job_latest,
+                cpu_cap, mem_cap, tier, static, flag_scale, tier_norm, sin_tab, cos_tab,
+                fpar, ipar, macro, servers, jobs, mask)
+    for c in range(sig_row.shape[0]):
+        macro[base + c] = sig_row[c]
+    return macro, servers, jobs, mask, mask.astype(np.float32)
