@@ -23,8 +23,9 @@ ratio signals / no signals (target <= 1.2x). The two are timed in alternating bl
 of one reset with and without signals (the signals' series and forecast summary are built
 there; on a repeated seed they come from a per-process cache) and that cost spread over an
 episode's ticks (what a batched env's autoreset adds per env step, which the batched rows
-do not include: their blocks end before an episode does). Every block uses new episode
-seeds, so the single-env rows pay the uncached build at each reset.
+do not include: their blocks end before an episode does), then the batched rows with that
+reset cost added. Every block uses new episode seeds, so the single-env rows pay the
+uncached build at each reset.
 
 Run:  .venv/bin/python -m experiments.benchmarks.bench_env [--steps 20000] [--repeats 3]
       [--signals-only] [--cpu-clock]
@@ -242,6 +243,14 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
           f"seeds (signals cached); spread over a {length}-tick episode: "
           f"{r_none / length * 1e6:.2f} / {r_sig / length * 1e6:.2f} / "
           f"{r_cached / length * 1e6:.2f} us per env step")
+    for name, via, b, none, sig in rows:
+        if via != "batched":
+            continue
+        base = none + r_none / length
+        fresh, pool = sig + r_sig / length, sig + r_cached / length
+        print(f"{name} batched B={b} with its autoreset spread over the episode: "
+              f"{base * 1e6:.2f} us no signals, {fresh * 1e6:.2f} us signals on new seeds "
+              f"({fresh / base:.2f}x), {pool * 1e6:.2f} us on a seed pool ({pool / base:.2f}x)")
 
 
 def main() -> None:
