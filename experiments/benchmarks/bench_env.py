@@ -211,20 +211,24 @@ def signal_rows(n: int, batch: int, steps: int, repeats: int) -> list[tuple]:
     return rows
 
 
-def reset_seconds(n: int, signals: bool, resets: int = 20, repeats: int = 3,
-                  same_seeds: bool = False) -> float:
-    """Seconds per ``reset(seed=i)`` of the flat single env, best of ``repeats`` blocks;
-    new seeds in every block unless ``same_seeds`` (then signals come from the cache)."""
-    env = ClusterSchedulingEnv({"n_servers": n, **({"signals": {}} if signals else {})})
-    env.reset(seed=0)
-    best = float("inf")
-    for r in range(repeats + same_seeds):
-        t0 = _clock()
-        for i in range(resets):
-            env.reset(seed=1 + (0 if same_seeds else r * resets) + i)
-        if r or not same_seeds:  # with same_seeds the first block fills the cache
-            best = min(best, (_clock() - t0) / resets)
-    return best
+def reset_costs(n: int, resets: int = 30, repeats: int = 7) -> tuple[float, float, float]:
+    """Seconds per ``reset(seed=...)`` of the flat single env: without signals, with signals
+    on new seeds, with signals on repeated seeds (from the cache); alternating blocks of
+    ``resets`` resets, best of ``repeats`` each."""
+    plain = ClusterSchedulingEnv({"n_servers": n})
+    sig = ClusterSchedulingEnv({"n_servers": n, "signals": {}})
+    pool = [10**7 + i for i in range(resets)]
+    for seed in pool:  # fill the cache
+        sig.reset(seed=seed)
+    best = [float("inf")] * 3
+    for r in range(repeats):
+        new = [10**8 + r * resets + i for i in range(resets)]
+        for k, (env, seeds) in enumerate(((plain, new), (sig, new), (sig, pool))):
+            t0 = _clock()
+            for seed in seeds:
+                env.reset(seed=seed)
+            best[k] = min(best[k], (_clock() - t0) / resets)
+    return best[0], best[1], best[2]
 
 
 def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
@@ -236,8 +240,7 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
         print(f"{name:<10} {via:<11} {b:>4} {none * 1e6:>14.2f} {sig * 1e6:>11.2f} "
               f"{sig / none:>12.2f}x")
     length = ClusterSchedulingEnv({"n_servers": n}).config.sim.episode_length
-    r_none, r_sig = reset_seconds(n, False), reset_seconds(n, True)
-    r_cached = reset_seconds(n, True, same_seeds=True)
+    r_none, r_sig, r_cached = reset_costs(n)
     print(f"reset (flat, single env): {r_none * 1e3:.2f} ms without signals, "
           f"{r_sig * 1e3:.2f} ms with (new seeds), {r_cached * 1e3:.2f} ms with on repeated "
           f"seeds (signals cached); spread over a {length}-tick episode: "
