@@ -23,7 +23,8 @@ def tiny():
 
 def test_catalog_has_the_named_scenarios_and_refuses_unknown_names():
     names = scenario_names()
-    for name in ("carbon_shift", "carbon_shift_de", "price_peak", "solar_site", "mixed"):
+    for name in ("carbon_shift", "carbon_shift_de", "price_peak", "solar_site", "mixed",
+                 "scarcity_spikes", "demand_response", "cold_standby", "scarcity_low_load"):
         assert name in names
         assert load_scenario(name).description
     with pytest.raises(UnknownScenarioError, match="valid: .*carbon_shift"):
@@ -218,3 +219,27 @@ def test_mpc_and_heuristic_are_online_and_beat_running_at_once_on_a_priced_grid(
     assert not mpc.clairvoyant and ClairvoyantOracle.clairvoyant
     planned = np.mean([run_episode(sim, mpc, s).metrics["energy_usd"] for s in (1, 2)])
     assert mpc.solve_times and planned < at_once
+
+
+def test_every_catalog_scenario_is_in_the_docs_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/concepts/scenarios.md").read_text()
+    for name in scenario_names():
+        assert f"| `{name}` |" in doc, name
+
+
+def test_hindsight_mpc_plans_on_the_true_signals(tiny):
+    from cloudrl.mpc.hindsight import hindsight_view
+    from envs.scenario.control import plan_view
+
+    sim = ScenarioSim(tiny)
+    sim.reset(3)
+    for _ in range(5):
+        sim.tick()
+    v, h = plan_view(sim), hindsight_view(sim)
+    n = len(h.price_fc)
+    truth = sim.signals.price_usd_per_mwh[sim.t + 1:sim.t + 1 + n]
+    assert np.allclose(h.price_fc[:len(truth)], truth)
+    assert not np.allclose(v.price_fc[:len(truth)], truth)  # tiny's forecasts have error
+    assert np.array_equal(h.load_fc, v.load_fc)  # arrivals stay forecast

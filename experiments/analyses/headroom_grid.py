@@ -56,6 +56,12 @@ def designs(base: str) -> list[tuple[str, dict]]:
                                         "price_spikes_per_day": 0.0}})]
     out += [("solar 12 kWp", {"signals": {"solar_kwp": 12.0, "solar_source": "synthetic"}})]
     out += [("carbon price 250 $/t", {"cost": {"carbon_usd_per_tonne": 250.0}})]
+    out += [("DR events 1/day x20", {"signals": {"price_spikes_per_day": 1.0,
+                                                 "price_spike_factor": 20.0,
+                                                 "forecast_error": 0.1}})]
+    out += [("real DE carbon 150 $/t", {"signals": {"source": "de_carbon_2020"},
+                                        "cost": {"carbon_usd_per_tonne": 150.0}})]
+    out += [("utilization 0.7 slack 16 h", {"utilization": 0.7, **slack(16.0)})]
     return out
 
 
