@@ -11,6 +11,9 @@ when told to by the request's ``price_now`` (so one deployment covers every faul
 * any other price: the signal-aware rule's answer.
 
 ``python:serve_apps.scenario_faults:raising`` raises on every state.
+``python:serve_apps.scenario_faults:echo`` decides nothing (every server ready, release
+up to the whole fleet): the benchmark's reference row, the service's own cost around a
+controller that takes no time.
 """
 
 from __future__ import annotations
@@ -51,9 +54,24 @@ class Raising:
         raise RuntimeError("injected controller failure")
 
 
+class Echo:
+    name = "echo"
+    clairvoyant = False
+
+    def reset(self, sim: ScenarioSim) -> None:
+        pass
+
+    def decide_view(self, v: PlanView) -> tuple[float, float]:
+        return 1.0, v.fleet_cores
+
+
 def by_price() -> ByPrice:
     return ByPrice()
 
 
 def raising() -> Raising:
     return Raising()
+
+
+def echo() -> Echo:
+    return Echo()
