@@ -292,3 +292,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--dagger-seeds", type=int, default=4, help="train seeds per DAgger round")
     ds.add_argument("--val-seeds", type=int, default=4, help="validation seeds that pick the round")
     ds.set_defaults(func=_cmd_distill)
+    from cloudrl.scenarios.steer_cli import add_steer_parser
+
+    add_steer_parser(ss)

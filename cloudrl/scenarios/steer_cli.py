@@ -1,0 +1,67 @@
+"""``cloudrl scenarios steer``: a scripted operator's preferences tune the heuristic and the
+MPC through a learned reward (cloudrl/scenarios/steering.py); the table under its hidden
+utility on the test seeds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cmd_steer(args: argparse.Namespace) -> int:
+    from envs.scenario.catalog import load_scenario
+
+    try:
+        run_seeds = tuple(args.run_seed) if args.run_seed else (0, 1, 2)
+        kw = {k: getattr(args, k) for k in ("pool_heuristic", "pool_mpc", "pool_seeds",
+                                             "tune_heuristic", "tune_mpc", "tune_seeds",
+                                             "workers") if getattr(args, k) is not None}
+        from cloudrl.scenarios.steering import SteerConfig
+
+        cfg = SteerConfig(scenario=args.scenario, utility=args.utility,
+                          n_comparisons=args.comparisons, noise=args.noise,
+                          run_seeds=run_seeds, n_test_seeds=args.n_test_seeds,
+                          cache=None if args.no_cache else args.cache, **kw)
+    except ValueError as e:
+        print(f"cloudrl: steer: {e}", file=sys.stderr)
+        return 2
+    scn = load_scenario(args.scenario)  # an unknown name: one line, exit 2 (cloudrl.cli)
+    from cloudrl.scenarios.steering import steer
+
+    res = steer(scn, cfg)
+    print("\n" + res.table)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), **res.to_json()}
+        out.write_text(json.dumps(doc, indent=2, default=float))
+        print(f"wrote {out}")
+    return 0
+
+
+def add_steer_parser(ss: argparse._SubParsersAction) -> None:
+    st = ss.add_parser("steer", help="a scripted operator's pairwise preferences -> a learned "
+                                     "reward -> the heuristic and the MPC tuned on it")
+    st.add_argument("--scenario", required=True)
+    st.add_argument("--utility", required=True,
+                    help="the operator's hidden utility: lc_guard | green_wear")
+    st.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
+    st.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
+    st.add_argument("--run-seed", type=int, nargs="+",
+                    help="run seeds (comparisons, label noise, reward-model init; default "
+                         "0 1 2); the median is claimed")
+    st.add_argument("--n-test-seeds", type=int, default=50, help="test seeds (1..50)")
+    st.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
+    st.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
+    st.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
+    st.add_argument("--tune-heuristic", type=int, help="heuristic search points")
+    st.add_argument("--tune-mpc", type=int, help="MPC search points")
+    st.add_argument("--tune-seeds", type=int, help="validation seeds for the search")
+    st.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    st.add_argument("--cache", default="results/steer/episodes.json",
+                    help="episode cache (JSON), shared across utilities and run seeds")
+    st.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    st.add_argument("--json", help="write the table and every choice to this path")
+    st.set_defaults(func=_cmd_steer)

@@ -1,0 +1,443 @@
+"""Preferences steer the scenario policies: a scripted operator with a hidden utility labels
+pairs of episodes, a Bradley-Terry reward model learns from those labels only, and the
+learned reward tunes the heuristic's and the MPC's parameters.
+
+Hidden utilities (a cost in $ per episode, lower is better; ``m`` is an episode's
+``stats.summary()``):
+
+- ``lc_guard``: ``cost_usd + 50 * max(0, sla_lc - 0.0003) / 0.0001`` -- the default cost
+  plus $50 per 0.01 percentage point of latency-critical violation rate above 0.03%.
+- ``green_wear``: ``energy_usd + sla_usd + 4 * carbon_usd + 0.03 * transitions`` -- carbon
+  at 4x its tariff (an internal carbon price) plus $0.03 of wear per power-state transition.
+
+Steps (``steer``):
+
+1. Pool (TRAIN seeds only): the heuristic and the MPC at random points of
+   ``tuning.heuristic_space`` / ``mpc_space`` (and the rule's run-at-once corner), each
+   played on a few train seeds; fixed by ``pool_seed``, shared by every run seed.
+2. Comparisons (per run seed): ``n_comparisons`` random pairs of pool episodes labelled by
+   the hidden utility, ``noise`` of the labels flipped (seeded by the run seed).
+3. Reward model (per run seed): Bradley-Terry over the episode's summary features,
+   normalised by the pool's mean and spread; a linear term plus a small MLP (32 tanh
+   units, Adam, weight decay 1e-2, 300 full-batch steps); 20% of the
+   comparisons held out for the pair accuracy (against the noisy labels and the true ones).
+4. Tuning (VALIDATION seeds): a random search of each family (the default-tuned point
+   first) scored once; the steered point maximises the learned reward, the hidden-tuned
+   reference minimises the hidden utility itself (the ceiling of this search), the
+   default-tuned one is the project's cost-tuned point (``DEFAULT_TUNED``; the search's
+   lowest mean cost where none is known).
+5. Test (TEST seeds): every chosen point under the hidden utility, paired by seed, 95%
+   t-intervals; the gap closed is (U(default) - U(steered)) / (U(default) - U(hidden)).
+
+Episodes are cached by (scenario, kind, parameters, seed) in a JSON file, so the two
+utilities and the run seeds share every episode they can.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloudrl.algorithms.bradley_terry import bt_loss, pair_accuracy
+from cloudrl.protocol import test_seeds, train_seeds, validation_seeds
+from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
+from cloudrl.scenarios.tuning import RUN_AT_ONCE_LIKE, heuristic_space, mpc_space
+from envs.scenario.config import ScenarioConfig
+
+LC_THRESHOLD = 0.0003  # 0.03% latency-critical violation rate
+LC_STEP = 0.0001  # 0.01 percentage point
+LC_PRICE = 50.0  # $ per step above the threshold
+CARBON_WEIGHT = 4.0
+WEAR_USD = 0.03  # $ per power-state transition
+
+
+def lc_guard(m: dict[str, float]) -> float:
+    """cost_usd + 50 * max(0, sla_lc - 0.0003) / 0.0001 ($, lower is better)."""
+    return float(m["cost_usd"] + LC_PRICE * max(0.0, m["sla_lc"] - LC_THRESHOLD) / LC_STEP)
+
+
+def green_wear(m: dict[str, float]) -> float:
+    """energy_usd + sla_usd + 4 * carbon_usd + 0.03 * transitions ($, lower is better)."""
+    return float(m["energy_usd"] + m["sla_usd"] + CARBON_WEIGHT * m["carbon_usd"]
+                 + WEAR_USD * m["transitions"])
+
+
+UTILITIES: dict[str, Callable[[dict[str, float]], float]] = {
+    "lc_guard": lc_guard, "green_wear": green_wear}
+
+# the summary metrics the reward model sees (no job counts: they are the seed's, not the
+# behaviour's; no timings)
+FEATURES = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
+            "transitions", "transition_kwh", "sla_lc", "sla_batch", "violations_lc",
+            "violations_batch")
+
+# the parameters tuned on the default reward (cost_usd) per scenario
+DEFAULT_TUNED: dict[str, dict[str, dict[str, Any]]] = {
+    "scarcity_spikes": {
+        "signal_aware": {"quantile": 0.5786256554801771, "window_hours": 18.0,
+                         "release_util": 0.8033178878835899, "ready_margin": 0.437697936590399,
+                         "guard_hours": 4.0},
+        "mpc": {"max_util": 0.6143407333776681, "ready_hedge": 0.009916581317117456}},
+}
+FAMILIES = ("signal_aware", "mpc")
+FAMILY_NAMES = {"signal_aware": "heuristic", "mpc": "MPC"}
+
+
+# ------------------------------------------------------------------ episodes, cached
+class EpisodeCache:
+    """Per-episode summary metrics keyed by (scenario, kind, parameters, seed)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.data: dict[str, dict[str, float]] = {}
+        if self.path and self.path.exists():
+            self.data = json.loads(self.path.read_text())
+
+    @staticmethod
+    def key(scenario: str, spec: ControllerSpec, seed: int) -> str:
+        return json.dumps([scenario, spec.kind, spec.params, int(seed)], sort_keys=True)
+
+    def play(self, cfg: ScenarioConfig, specs: list[ControllerSpec], seeds: list[int],
+             workers: int | None = None) -> list[list[dict[str, float]]]:
+        """``out[i][k]``: metrics of ``specs[i]`` on ``seeds[k]``, playing only what is new."""
+        todo = [s for s in _unique(specs)
+                if any(self.key(cfg.name, s, k) not in self.data for k in seeds)]
+        if todo:
+            missing = sorted({k for s in todo for k in seeds
+                              if self.key(cfg.name, s, k) not in self.data})
+            res = run_controllers(cfg, todo, missing, workers)
+            for s, r in zip(todo, res, strict=True):
+                for k, m in zip(missing, r, strict=True):
+                    self.data[self.key(cfg.name, s, k)] = {a: float(v) for a, v in m.items()}
+            self.save()
+        return [[self.data[self.key(cfg.name, s, k)] for k in seeds] for s in specs]
+
+    def save(self) -> None:
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data))
+            tmp.replace(self.path)
+
+
+def _unique(specs: list[ControllerSpec]) -> list[ControllerSpec]:
+    seen, out = set(), []
+    for s in specs:
+        k = json.dumps([s.kind, s.params], sort_keys=True)
+        if k not in seen:
+            seen.add(k)
+            out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------ comparisons
+@dataclass
+class Comparisons:
+    a: np.ndarray  # indices into the pool
+    b: np.ndarray
+    label: np.ndarray  # 1.0: A preferred (after noise), 0.0: B preferred
+    true_label: np.ndarray  # the hidden utility's own verdict
+    flipped: np.ndarray  # bool
+
+
+def sample_comparisons(utilities: np.ndarray, n: int, noise: float,
+                       rng: np.random.Generator) -> Comparisons:
+    """``n`` random pairs of distinct pool episodes; A preferred when its hidden utility (a
+    cost) is lower (a tie: a fair coin); then each label flipped with probability ``noise``."""
+    u = np.asarray(utilities, float)
+    if len(u) < 2:
+        raise ValueError("the pool needs at least 2 episodes")
+    if not 0.0 <= noise <= 0.5:
+        raise ValueError(f"noise must be in [0, 0.5], got {noise}")
+    a = rng.integers(0, len(u), n)
+    b = (a + rng.integers(1, len(u), n)) % len(u)  # never a itself
+    coin = rng.random(n) < 0.5
+    true = np.where(u[a] < u[b], 1.0, np.where(u[a] > u[b], 0.0, coin.astype(float)))
+    flipped = rng.random(n) < noise
+    label = np.where(flipped, 1.0 - true, true)
+    return Comparisons(a, b, label, true, flipped)
+
+
+# ------------------------------------------------------------------ reward model
+class RewardModel:
+    """Bradley-Terry reward over normalised episode features: linear term + small MLP.
+    ``score`` is higher for preferred episodes."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int = 32,
+                 seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        self.mean, self.std = np.asarray(mean, float), np.asarray(std, float)
+        d = len(self.mean)
+        self.linear = torch.nn.Linear(d, 1)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.Tanh(),
+                                       torch.nn.Linear(hidden, 1))
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [*self.linear.parameters(), *self.mlp.parameters()]
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.linear(x) + self.mlp(x)).squeeze(-1)
+
+    def _x(self, feats: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor((np.asarray(feats, float) - self.mean) / self.std,
+                               dtype=torch.float32)
+
+    def score(self, feats: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self._forward(self._x(np.atleast_2d(feats))).numpy().astype(float)
+
+    def fit(self, feats: np.ndarray, a: np.ndarray, b: np.ndarray, label: np.ndarray,
+            steps: int = 300, lr: float = 0.02, weight_decay: float = 1e-2) -> float:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a few hundred tiny full-batch steps: one thread is fastest
+        try:
+            return self._fit(feats, a, b, label, steps, lr, weight_decay)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _fit(self, feats: np.ndarray, a: np.ndarray, b: np.ndarray, label: np.ndarray,
+             steps: int, lr: float, weight_decay: float) -> float:
+        x = self._x(feats)
+        ia, ib = torch.as_tensor(a), torch.as_tensor(b)
+        y = torch.as_tensor(label, dtype=torch.float32)
+        opt = torch.optim.Adam(self.parameters(), lr=lr, weight_decay=weight_decay)
+        loss = torch.tensor(0.0)
+        for _ in range(steps):
+            opt.zero_grad()
+            r = self._forward(x)
+            loss = bt_loss(r[ia], r[ib], y)
+            loss.backward()
+            opt.step()
+        return float(loss.detach())
+
+    def prob_a(self, feats: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        r = self.score(feats)
+        return 1.0 / (1.0 + np.exp(-(r[a] - r[b])))
+
+
+def features(metrics: list[dict[str, float]]) -> np.ndarray:
+    return np.array([[float(m[f]) for f in FEATURES] for m in metrics])
+
+
+def learn_reward(feats: np.ndarray, comp: Comparisons, seed: int, holdout: float = 0.2,
+                 steps: int = 300) -> tuple[RewardModel, dict[str, float]]:
+    """Fit on (1 - holdout) of the comparisons; pair accuracy on the rest."""
+    rng = np.random.default_rng([seed, 7])
+    n = len(comp.a)
+    order = rng.permutation(n)
+    n_test = int(round(holdout * n)) if n >= 5 else 0
+    test, train = order[:n_test], order[n_test:]
+    std = feats.std(0)
+    model = RewardModel(feats.mean(0), np.where(std > 0, std, 1.0), seed=seed)
+    loss = model.fit(feats, comp.a[train], comp.b[train], comp.label[train], steps=steps)
+    info = {"train_loss": loss, "n_train": int(len(train)), "n_heldout": int(n_test),
+            "heldout_acc_noisy": float("nan"), "heldout_acc_true": float("nan")}
+    if n_test:
+        p = model.prob_a(feats, comp.a[test], comp.b[test])
+        info["heldout_acc_noisy"] = pair_accuracy(p, comp.label[test])
+        info["heldout_acc_true"] = pair_accuracy(p, comp.true_label[test])
+    return model, info
+
+
+# ------------------------------------------------------------------ the pipeline
+@dataclass
+class SteerConfig:
+    scenario: str = "scarcity_spikes"
+    utility: str = "lc_guard"
+    n_comparisons: int = 1000
+    noise: float = 0.1
+    run_seeds: tuple[int, ...] = (0, 1, 2)
+    n_test_seeds: int = 50
+    pool_heuristic: int = 30  # random heuristic points in the pool (+ the run-at-once corner)
+    pool_mpc: int = 10  # random MPC points in the pool (+ its defaults)
+    pool_seeds: int = 2  # train seeds each pool point plays
+    pool_seed: int = 0
+    tune_heuristic: int = 24  # search points per family (the default-tuned one included)
+    tune_mpc: int = 8
+    tune_seeds: int = 8  # validation seeds
+    tune_seed: int = 1
+    workers: int | None = None
+    cache: str | None = "results/steer/episodes.json"
+
+    def __post_init__(self) -> None:
+        if self.utility not in UTILITIES:
+            raise ValueError(f"--utility {self.utility!r}: valid: {', '.join(UTILITIES)}")
+        if not 2 <= self.n_comparisons <= 1000:
+            raise ValueError(f"--comparisons must be in [2, 1000], got {self.n_comparisons}")
+        if not 0.0 <= self.noise <= 0.5:
+            raise ValueError(f"--noise must be in [0, 0.5], got {self.noise}")
+        for name in ("n_test_seeds", "pool_seeds", "tune_seeds"):
+            v = getattr(self, name)
+            if not 1 <= v <= 50:
+                raise ValueError(f"{name} must be in [1, 50], got {v}")
+        for name in ("pool_heuristic", "pool_mpc", "tune_heuristic", "tune_mpc"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.run_seeds:
+            raise ValueError("at least one run seed")
+
+
+def pool_specs(cfg: SteerConfig) -> list[ControllerSpec]:
+    rng = np.random.default_rng([cfg.pool_seed, 11])
+    specs = [ControllerSpec("signal_aware", dict(RUN_AT_ONCE_LIKE)), ControllerSpec("mpc", {})]
+    specs += [ControllerSpec("signal_aware", heuristic_space(rng))
+              for _ in range(cfg.pool_heuristic)]
+    specs += [ControllerSpec("mpc", mpc_space(rng)) for _ in range(cfg.pool_mpc)]
+    return specs
+
+
+def search_specs(cfg: SteerConfig, default: dict[str, dict[str, Any]]
+                 ) -> dict[str, list[ControllerSpec]]:
+    rng = np.random.default_rng([cfg.tune_seed, 13])
+    h = [ControllerSpec("signal_aware", default.get("signal_aware", {})),
+         ControllerSpec("signal_aware", dict(RUN_AT_ONCE_LIKE))]
+    h += [ControllerSpec("signal_aware", heuristic_space(rng))
+          for _ in range(max(cfg.tune_heuristic - 2, 0))]
+    m = [ControllerSpec("mpc", default.get("mpc", {}))]
+    m += [ControllerSpec("mpc", mpc_space(rng)) for _ in range(max(cfg.tune_mpc - 1, 0))]
+    return {"signal_aware": _unique(h)[:max(cfg.tune_heuristic, 1)],
+            "mpc": _unique(m)[:max(cfg.tune_mpc, 1)]}
+
+
+@dataclass
+class SteerResult:
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+    reward_models: list[dict[str, Any]]
+    wall_s: float
+    table: str = ""
+    chosen: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config, "rows": self.rows, "reward_models": self.reward_models,
+                "chosen": self.chosen, "wall_s": self.wall_s, "table": self.table}
+
+
+def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = print
+          ) -> SteerResult:
+    t0 = time.perf_counter()
+    util = UTILITIES[cfg.utility]
+    cache = EpisodeCache(cfg.cache)
+
+    # 1. the pool, on train seeds
+    pspecs = pool_specs(cfg)
+    pseeds = list(train_seeds(cfg.pool_seeds))
+    pres = cache.play(scn, pspecs, pseeds, cfg.workers)
+    pool = [m for r in pres for m in r]
+    feats = features(pool)
+    u_pool = np.array([util(m) for m in pool])
+    log(f"pool: {len(pool)} episodes ({len(pspecs)} behaviours x {len(pseeds)} train seeds), "
+        f"{cfg.utility} {u_pool.min():.1f}..{u_pool.max():.1f} $ "
+        f"({time.perf_counter() - t0:.0f} s)")
+
+    # 4a. the search candidates on validation seeds (shared by all run seeds)
+    default = DEFAULT_TUNED.get(scn.name, {})
+    cands = search_specs(cfg, default)
+    vseeds = list(validation_seeds(cfg.tune_seeds))
+    vres = {fam: cache.play(scn, cands[fam], vseeds, cfg.workers) for fam in FAMILIES}
+    log(f"search: {sum(len(c) for c in cands.values())} points x {len(vseeds)} validation "
+        f"seeds ({time.perf_counter() - t0:.0f} s)")
+
+    def mean_u(fam: str) -> np.ndarray:
+        return np.array([np.mean([util(m) for m in r]) for r in vres[fam]])
+
+    chosen: dict[str, dict[str, Any]] = {}
+    for fam in FAMILIES:
+        cost = np.array([np.mean([m["cost_usd"] for m in r]) for r in vres[fam]])
+        chosen[f"default/{fam}"] = {"index": 0 if fam in default else int(np.argmin(cost))}
+        chosen[f"hidden/{fam}"] = {"index": int(np.argmin(mean_u(fam)))}
+
+    # 2-4b. per run seed: comparisons, reward model, steered pick
+    models = []
+    for rs in cfg.run_seeds:
+        rng = np.random.default_rng([rs, 0x57EE])
+        comp = sample_comparisons(u_pool, cfg.n_comparisons, cfg.noise, rng)
+        model, info = learn_reward(feats, comp, seed=rs)
+        info.update({"run_seed": rs, "flipped": float(comp.flipped.mean())})
+        models.append(info)
+        for fam in FAMILIES:
+            score = np.array([model.score(features(r)).mean() for r in vres[fam]])
+            chosen[f"steered{rs}/{fam}"] = {"index": int(np.argmax(score))}
+        log(f"run seed {rs}: {cfg.n_comparisons} comparisons ({comp.flipped.mean():.1%} "
+            f"flipped), held-out pair accuracy {info['heldout_acc_noisy']:.3f} (noisy labels) "
+            f"/ {info['heldout_acc_true']:.3f} (true order); steered picks "
+            + ", ".join(f"{FAMILY_NAMES[f]} #{chosen[f'steered{rs}/{f}']['index']}"
+                        for f in FAMILIES))
+    for k, c in chosen.items():
+        fam = k.split("/")[1]
+        spec = cands[fam][c["index"]]
+        c.update({"params": spec.params, "val_utility": float(mean_u(fam)[c["index"]])})
+
+    # 5. test seeds, paired
+    tseeds = list(test_seeds(cfg.n_test_seeds))
+    specs = _unique([cands[k.split("/")[1]][c["index"]] for k, c in chosen.items()])
+    tres = cache.play(scn, specs, tseeds, cfg.workers)
+    by = {json.dumps([s.kind, s.params], sort_keys=True): r for s, r in zip(specs, tres,
+                                                                              strict=True)}
+
+    def test_u(k: str) -> np.ndarray:
+        spec = cands[k.split("/")[1]][chosen[k]["index"]]
+        return np.array([util(m) for m in by[json.dumps([spec.kind, spec.params],
+                                                        sort_keys=True)]])
+
+    base = test_u("default/signal_aware")
+    rows = []
+    for fam in FAMILIES:
+        ud, uh = test_u(f"default/{fam}"), test_u(f"hidden/{fam}")
+        entries = [("default-tuned", f"default/{fam}", None), ("hidden-tuned", f"hidden/{fam}",
+                                                               None)]
+        entries += [(f"steered (run {rs})", f"steered{rs}/{fam}", rs) for rs in cfg.run_seeds]
+        for label, key, rs in entries:
+            u = test_u(key)
+            d, lo, hi = paired_ci(u, base)
+            dd, dlo, dhi = paired_ci(u, ud)
+            denom = float(ud.mean() - uh.mean())
+            gap = float((ud.mean() - u.mean()) / denom) if abs(denom) > 1e-9 else float("nan")
+            rows.append({"family": FAMILY_NAMES[fam], "policy": label, "run_seed": rs,
+                         "params": chosen[key]["params"], "utility_mean": float(u.mean()),
+                         "cost_usd_mean": float(np.mean([m["cost_usd"] for m in
+                                                         by[_k(cands, chosen, key)]])),
+                         "vs_default_heuristic": [d, lo, hi],
+                         "vs_default_same_family": [dd, dlo, dhi], "gap_closed": gap,
+                         "u_default_minus_u_hidden": denom})
+        st = [r for r in rows if r["family"] == FAMILY_NAMES[fam] and r["run_seed"] is not None]
+        med = sorted(st, key=lambda r: r["utility_mean"])[len(st) // 2]
+        rows.append({**med, "policy": f"steered (median: run {med['run_seed']})",
+                     "median_of": [r["run_seed"] for r in st]})
+    res = SteerResult(asdict(cfg), rows, models, time.perf_counter() - t0,
+                      chosen={k: {kk: vv for kk, vv in v.items()} for k, v in chosen.items()})
+    res.table = format_table(res, scn.name)
+    return res
+
+
+def _k(cands: dict[str, list[ControllerSpec]], chosen: dict, key: str) -> str:
+    spec = cands[key.split("/")[1]][chosen[key]["index"]]
+    return json.dumps([spec.kind, spec.params], sort_keys=True)
+
+
+def format_table(res: SteerResult, scenario: str) -> str:
+    c = res.config
+    lines = [f"{scenario}, hidden utility {c['utility']} ($/episode, lower is better), "
+             f"{c['n_test_seeds']} test seeds; {c['n_comparisons']} comparisons, "
+             f"{c['noise']:.0%} label noise",
+             f"{'family':10s} {'policy':26s} {'U':>9s} {'cost':>8s}  "
+             f"{'U - default heuristic [95% CI]':>32s}  {'gap closed':>10s}"]
+    for r in res.rows:
+        d, lo, hi = r["vs_default_heuristic"]
+        gap = "" if r["run_seed"] is None and "median" not in r["policy"] else \
+            f"{100 * r['gap_closed']:9.0f}%"
+        lines.append(f"{r['family']:10s} {r['policy']:26s} {r['utility_mean']:9.2f} "
+                     f"{r['cost_usd_mean']:8.2f}  {d:+9.2f} [{lo:+8.2f}, {hi:+8.2f}]      "
+                     f"{gap:>10s}")
+    lines.append("reward model held-out pair accuracy (noisy labels / true order): " + ", ".join(
+        f"run {m['run_seed']}: {m['heldout_acc_noisy']:.3f} / {m['heldout_acc_true']:.3f}"
+        for m in res.reward_models))
+    lines.append(f"wall time {res.wall_s:.0f} s")
+    return "\n".join(lines)
