@@ -119,6 +119,9 @@ def test_train_config_on_a_scenario() -> None:
         "reward_scale"] == 0.1
     assert TrainConfig(algo="dqn", scenario="tiny").interface() == "flat"
     assert checkpoint_path(cfg).name == "bdq_tiny_s2"
+    assert cfg.threads().learner == 1 and TrainConfig().threads().learner == "auto"
+    assert TrainConfig(algo="dqn", scenario="tiny", torch_threads={"learner": 2}
+                       ).threads().learner == 2
 
 
 def test_heuristic_params_take_the_forms_the_scenario_commands_write(tmp_path: Path) -> None:
