@@ -105,6 +105,15 @@ class CheckpointPolicy:
             raise ValueError(f"checkpoint {self.path.name} was trained for "
                              f"n_servers={trained.fleet.n_servers}, env has "
                              f"{asked.fleet.n_servers}")
+        # the signals add macro columns (solar ones only with solar): their layout must match;
+        # other signal settings (price level, source, forecast error) change no space
+        from envs.observation import signal_cols
+
+        was, has = self.env_config.signals, env_cfg.signals
+        if signal_cols(was) != signal_cols(has):
+            raise ValueError(f"checkpoint {self.path.name} was trained with "
+                             f"signals={_signals_desc(was)}, env has "
+                             f"signals={_signals_desc(has)} (the macro row differs)")
 
     def scores(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Per-action scores (masked logits or Q-values) for one observation; for BDQ a
@@ -199,3 +208,12 @@ class _Gate:
     def served_action(self, scores: np.ndarray, obs: dict[str, np.ndarray]) -> np.ndarray:
         self._served.reset()
         return self._served.act(obs, int(np.argmax(scores)))
+
+
+def _signals_desc(signals: Any) -> str:
+    """``None``, or the signal columns' kind (with or without solar), for :meth:`check_env`."""
+    if signals is None:
+        return "None"
+    from envs.observation import signal_has_solar
+
+    return f"{signals.source} ({'with' if signal_has_solar(signals) else 'no'} solar columns)"

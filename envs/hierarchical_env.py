@@ -3,7 +3,9 @@
 Every ``k`` ticks the agent ``"supervisor"`` observes the macro state of the
 cluster (the ``macro`` vector of the observation: per-tier load and power
 states, queue pressure, arrival rate, power draw, recent violation rate, time
-of day) and picks one of ``m`` sub-agents (``Discrete(m)``). The chosen
+of day and, when the env config has ``signals``, the signal columns at its end, so
+the supervisor's observation space is the cluster env's ``macro`` space) and picks one
+of ``m`` sub-agents (``Discrete(m)``). The chosen
 sub-agent then acts on every tick until control returns to the supervisor,
 after ``k`` ticks or at the end of the episode, whichever comes first.
 
@@ -28,8 +30,9 @@ returns (at the episode end, together with the final observation for both).
 ``reward_scale`` multiplies every reward (learning-side scaling; ``info``
 keeps the raw terms). The supervisor's ``info`` holds the sums of the cluster
 terms over its ticks (``energy_kwh``, ``violations``, ``finished``,
-``dropped``, ``toggles``, ``invalid_action``), the sub-agent that acted and the
-tick at which it took over.
+``dropped``, ``toggles``, ``invalid_action``, and with signals ``energy_usd``,
+``carbon_kg``, ``r_signal``), the sub-agent that acted and the tick at which it took
+over.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.env_config import EnvConfig
-from envs.observation import macro_size
 
 SUPERVISOR = "supervisor"
 SUMMED_INFO = ("energy_kwh", "violations", "finished", "dropped", "toggles", "invalid_action")
+SIGNAL_INFO = ("energy_usd", "carbon_kg", "r_signal")  # summed too when the env has signals
 
 
 def sub_agent_id(index: int) -> str:
@@ -95,8 +98,9 @@ class HierarchicalClusterEnv(MultiAgentEnv):
         self.m = len(self.sub_agents)
         external = [sub_agent_id(i) for i, p in enumerate(self.sub_agents) if p is None]
         self.agents = self.possible_agents = [SUPERVISOR, *external]
-        macro = spaces.Box(-np.inf, np.inf, (macro_size(self.base.sim.fleet.n_tiers),),
-                           np.float32)
+        # the base env's macro row, signal columns included when the env config has signals
+        macro = self.base.observation_space["macro"]
+        self._summed = SUMMED_INFO + (SIGNAL_INFO if self.base.n_signal else ())
         self.observation_spaces = {SUPERVISOR: macro,
                                    **{a: self.base.observation_space for a in external}}
         self.action_spaces = {SUPERVISOR: spaces.Discrete(self.m),
@@ -135,7 +139,7 @@ class HierarchicalClusterEnv(MultiAgentEnv):
         if not 0 <= i < self.m:
             raise ValueError(f"supervisor action {i} outside Discrete({self.m})")
         self._active, self._ticks_left, self._started_at = i, self.k, self._tick
-        self._acc = {"reward": 0.0, **dict.fromkeys(SUMMED_INFO, 0.0)}
+        self._acc = {"reward": 0.0, **dict.fromkeys(self._summed, 0.0)}
         policy = self.sub_agents[i]
         if policy is None:
             agent = sub_agent_id(i)
@@ -159,7 +163,7 @@ class HierarchicalClusterEnv(MultiAgentEnv):
         self._tick += 1
         self._ticks_left -= 1
         self._acc["reward"] += reward
-        for key in SUMMED_INFO:
+        for key in self._summed:
             self._acc[key] += float(info[key])
         return reward, bool(terminated or truncated)
 

@@ -283,6 +283,42 @@ def test_observe_snapshot_is_refused_with_signals():
     assert isinstance(snap, ClusterSnapshot)
     with pytest.raises(ValueError, match="snapshot carries no price"):
         env.observe_snapshot(snap)
+    # the error names the field to change (EnvConfig.signals)
+    with pytest.raises(ValueError, match=r"^observe_snapshot: .*env config without signals"):
+        env.observe_snapshot(snap)
+    plain = ClusterSchedulingEnv(SMALL)
+    plain.reset(seed=0)
+    assert plain.observe_snapshot(snap)["macro"].shape == (macro_size(plain.sim.fleet.n_tiers),)
+
+
+# ------------------------------------------------------------------ checkpoints
+@pytest.mark.parametrize(("trained", "asked", "message"), [
+    (None, {}, r"trained with signals=None, env has signals=synthetic \(no solar columns\)"),
+    ({}, None, r"trained with signals=synthetic \(no solar columns\), env has signals=None"),
+    ({}, SOLAR, r"signals=synthetic \(no solar columns\), env has signals=synthetic "
+                r"\(with solar columns\)"),
+    (SOLAR, None, r"signals=synthetic \(with solar columns\), env has signals=None"),
+])
+def test_a_checkpoint_is_refused_on_an_env_with_other_signal_columns(trained, asked, message):
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from cloudrl.checkpoint_policy import CheckpointPolicy
+
+    def policy(signals):
+        return SimpleNamespace(env_config=EnvConfig.coerce({**SMALL, "signals": signals}),
+                               path=Path("/x/ckpt"))
+
+    asked_cfg = EnvConfig.coerce({**SMALL, "signals": asked})
+    with pytest.raises(ValueError, match=message) as err:
+        CheckpointPolicy.check_env(policy(trained), asked_cfg)
+    assert "\n" not in str(err.value) and str(err.value).startswith("checkpoint ckpt was")
+    # the same columns load, whatever the other signal settings
+    CheckpointPolicy.check_env(policy(asked), asked_cfg)
+    if asked is not None:
+        other = EnvConfig.coerce({**SMALL, "signals": {**asked, "price_mean_usd_per_mwh": 90.0,
+                                                       "forecast_error": 0.3}})
+        CheckpointPolicy.check_env(policy(asked), other)
 
 
 # ------------------------------------------------------------------ single == batched
@@ -343,3 +379,112 @@ def test_signal_config_round_trips_through_a_json_dump():
     again = EnvConfig.model_validate(cfg.model_dump(mode="json"))
     assert again == cfg and isinstance(again.signals, SignalConfig)
     assert EnvConfig.model_validate(EnvConfig().model_dump(mode="json")) == EnvConfig()
+
+
+# ------------------------------------------------------------------ cheaper make_signals
+# sha256 (first 16 hex digits) of make_signals' outputs (price, carbon, solar, start, meta)
+# over SIGNAL_SEEDS, per case, and of the env's episode tables: recorded with the code
+# before make_signals was made cheaper (clock arrays kept, AR filters and the calendar
+# compiled, the price's spike windows found by bisection), which must give the same bits.
+SIGNAL_SEEDS = [0, 1, 7, 123456789, 2**63 + 5, -3]
+SIGNAL_CASES = [  # (SignalConfig fields, tick seconds, ticks, digest)
+    ({}, 300.0, 201, "3abdd21b43fa2531"),
+    ({}, 60.0, 1500, "86911cef5022840d"),
+    ({}, 3600.0, 100, "963bb15d2dd60c80"),
+    ({}, 90000.0, 12, "e3c6bde149c930fe"),
+    ({}, 7.5, 3, "e45030cd0f577f85"),
+    ({"solar_kwp": 2.0, "solar_source": "synthetic"}, 60.0, 1441, "a2f9411a2db60064"),
+    ({"solar_kwp": 5.0, "solar_source": "synthetic", "start_date": "2021-02-27"}, 900.0, 800,
+     "49181247f8bb0900"),
+    ({"start_date": "2024-12-30", "price_spikes_per_day": 3.0, "price_negative_per_day": 2.0},
+     600.0, 2000, "40a3cdff74cca782"),
+    ({"price_carbon_correlation": -1.0, "price_noise_sd": 0.0,
+      "carbon_slow_sd_g_per_kwh": 0.0}, 120.0, 500, "aca76cd4cb1eeb68"),
+    ({"price_daily_amplitude": 3.0, "carbon_daily_amplitude": 5.0, "price_spikes_per_day": 5.0,
+      "price_negative_per_day": 5.0, "carbon_floor_g_per_kwh": 400.0}, 300.0, 3000,
+     "04916c8ea287dcd2"),
+    ({"source": "de_carbon_2020"}, 300.0, 600, "107988af37e82aff"),
+    ({"source": "de_carbon_2020", "solar_kwp": 1.0, "solar_source": "synthetic"}, 3600.0, 200,
+     "fdd41de1d7839e8f"),
+    ({"solar_kwp": 3.0, "solar_source": "pvlib"}, 600.0, 400, "f21a5b01003caf84"),
+]
+
+
+@pytest.mark.parametrize(("fields", "tick", "n", "digest"), SIGNAL_CASES,
+                         ids=[str(i) for i in range(len(SIGNAL_CASES))])
+def test_make_signals_gives_the_recorded_series(fields, tick, n, digest):
+    if fields.get("solar_source") == "pvlib":
+        pytest.importorskip("pvlib")
+    cfg = SignalConfig(**fields)
+    h = hashlib.sha256()
+    for seed in SIGNAL_SEEDS:
+        series = make_signals(cfg, n, tick, seed)
+        for a in (series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw):
+            h.update(a.dtype.str.encode())
+            h.update(a.tobytes())
+        h.update(str(series.start).encode())
+        h.update(repr(sorted(series.meta.items())).encode())
+    assert h.hexdigest()[:16] == digest
+
+
+def test_episode_tables_and_forecasts_give_the_recorded_values():
+    from envs.signals.forecast import Forecaster
+
+    h = hashlib.sha256()
+    for fields in ({}, SOLAR):
+        for seed in SIGNAL_SEEDS[:4]:
+            sig = episode_signals(SignalConfig(**fields), 300, 60.0, seed, 5000.0)
+            for a in (sig.price, sig.carbon, sig.solar_j, sig.features):
+                h.update(a.tobytes())
+    assert h.hexdigest()[:16] == "c247c756d329e7fa"
+    h = hashlib.sha256()
+    for fields, tick, n, _ in SIGNAL_CASES[:3] + SIGNAL_CASES[5:6]:
+        for seed in SIGNAL_SEEDS[:3]:
+            series = make_signals(SignalConfig(**fields), n, tick, seed)
+            h.update(Forecaster(series, seed).paths.tobytes())
+            for t in (0, 1, n // 2, n - 1):
+                for error in (0.0, 0.1, 0.7):
+                    for a in forecast(series, t, 50, error, seed):
+                        h.update(a.tobytes())
+    assert h.hexdigest()[:16] == "35e3714f30feaef3"
+
+
+def test_compiled_calendar_and_ar_filter_match_numpy_and_scipy_bit_for_bit():
+    """The compiled passes against the numpy/scipy expressions they replace, on random
+    times (before and after 1970, odd tick lengths) and random AR inputs."""
+    from scipy.signal import lfilter
+
+    from envs.signals.timebase import TickClock, ar1, smooth_ar
+
+    for start, tick, n in (("2020-03-01", 60.0, 5000), ("1969-12-25", 7.3, 3000),
+                           ("1950-06-30T13:17:05", 1234.567, 4000), ("2024-02-28", 0.1, 10)):
+        clock = TickClock(np.datetime64(start, "s"), tick, n)
+        secs = clock.seconds_of_epoch()
+        hour = np.mod(secs, 86400) / 3600.0
+        how = np.mod(secs + 3 * 86400, 7 * 86400) / 3600.0
+
+        def step(x):
+            return np.clip((x + 3.0) / 6.0, 0.0, 1.0)
+
+        weekend = step(how - 120.0) - step(how - 168.0) + 1.0 - step(how)
+        assert np.array_equal(clock.hour_of_day(), hour)
+        assert np.array_equal(clock.weekend_weight(), weekend)
+        assert np.array_equal(clock.weekend_weight(4.0), clock.weekend_weight(4.0))
+        assert not clock.hour_of_day().flags.writeable
+    for n, phi in ((1, 0.5), (2, 0.9), (3000, 0.999), (500, 0.0)):
+        e = np.random.default_rng(n).standard_normal(n)
+        x0 = e[0]
+        e[0] = 0.0
+        scale = np.sqrt(max(1.0 - phi * phi, 0.0))
+        want = lfilter([scale], [1.0, -phi], e) + x0 * phi ** np.arange(n)
+        assert np.array_equal(ar1(np.random.default_rng(n), n, phi), want)
+        y = ar1(np.random.default_rng(n + 1), n, phi)
+        r = np.random.default_rng(n + 1)
+        r.standard_normal(n)
+        c = (1.0 - phi * phi) / np.sqrt(1.0 + phi * phi)
+        rho = 1.0 / np.sqrt(1.0 + phi * phi)
+        z0 = rho * y[0] + np.sqrt(max(1.0 - rho * rho, 0.0)) * r.standard_normal()
+        drive = c * y
+        drive[0] = 0.0
+        want = lfilter([1.0], [1.0, -phi], drive) + z0 * phi ** np.arange(n)
+        assert np.array_equal(smooth_ar(np.random.default_rng(n + 1), n, phi), want)

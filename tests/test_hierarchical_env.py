@@ -182,3 +182,38 @@ def test_bad_sub_agents_are_one_clear_error() -> None:
     with pytest.raises(ValueError, match="'nope' is neither a heuristic"):
         HierarchicalClusterEnv({"env": ENV, "sub_agents": ["nope"],
                                 "sub_agent_factory": make_sub_agent})
+
+
+@pytest.mark.parametrize("signals", [{}, {"solar_kwp": 2.0, "solar_source": "synthetic"}])
+def test_with_signals_the_supervisor_sees_the_whole_macro_row(signals: dict) -> None:
+    """The supervisor's space follows the cluster env's macro row, signal columns included;
+    its info sums the signal terms of its ticks like the other cluster terms."""
+    cfg = {**ENV, "signals": signals, "signal_cost_weight": 1.0}
+    base = ClusterSchedulingEnv(cfg)
+    env = HierarchicalClusterEnv({"env": cfg, "k": 4, "sub_agents": ["power_aware", "ext"],
+                                  "sub_agent_factory": make_sub_agent, "external": [1]})
+    space = env.observation_spaces[SUPERVISOR]
+    assert space == base.observation_space["macro"]
+    assert space.shape[0] == 4 * env.base.sim.fleet.n_tiers + len(MACRO_TAIL) + base.n_signal
+    assert base.n_signal > 0
+    obs, _ = env.reset(seed=SEED)
+    assert space.contains(obs[SUPERVISOR])
+    assert env.observation_spaces["sub_1"].contains(env.cluster_obs)
+    alone = run_episode(make_heuristic("power_aware"), base, SEED)
+    usd = kwh = 0.0
+    done = False
+    while not done:
+        obs, _, _, trunc, info = env.step({SUPERVISOR: 0})
+        assert space.contains(obs[SUPERVISOR])
+        usd += info[SUPERVISOR]["energy_usd"]
+        kwh += info[SUPERVISOR]["energy_kwh"]
+        assert set(info[SUPERVISOR]) >= {"energy_usd", "carbon_kg", "r_signal"}
+        done = trunc["__all__"]
+    assert kwh == pytest.approx(alone.energy_kwh, rel=1e-12)
+    assert usd != 0.0
+    # the external sub-agent gets the full cluster observation (macro with the signals)
+    obs, _ = env.reset(seed=SEED)
+    obs, *_ = env.step({SUPERVISOR: 1})
+    assert env.observation_spaces["sub_1"].contains(obs["sub_1"])
+    obs, *_ = env.step({"sub_1": env.base.wait_action})
+    assert env.observation_spaces["sub_1"].contains(obs["sub_1"])

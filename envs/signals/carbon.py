@@ -87,12 +87,14 @@ GENERATOR_RANGES = {
 }
 
 
+_PROFILE = np.asarray(FIT.profile)
+_PROFILE_XP = np.arange(-0.5, 24.5 + 1e-9, 1.0)  # hour centres, wrapped at both ends
+_PROFILE_FP = np.concatenate([_PROFILE[-1:], _PROFILE, _PROFILE[:1]])
+
+
 def daily_profile(hours: np.ndarray, amplitude: float = 1.0) -> np.ndarray:
     """The fitted daily shape at fractional hours of day (periodic linear interpolation)."""
-    prof = np.asarray(FIT.profile)
-    xp = np.arange(-0.5, 24.5 + 1e-9, 1.0)        # hour centres, wrapped at both ends
-    fp = np.concatenate([prof[-1:], prof, prof[:1]])
-    return amplitude * np.interp(np.mod(hours, 24.0), xp, fp)
+    return amplitude * np.interp(np.mod(hours, 24.0), _PROFILE_XP, _PROFILE_FP)
 
 
 def soft_floor(x: np.ndarray, floor: float) -> np.ndarray:

@@ -37,12 +37,22 @@ class Forecaster:
         self.n_ticks = n  # no reference to the series: the cache is keyed weakly on it
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, _FORECAST_STREAM])
         step = np.sqrt(series.tick_seconds / 86400.0)
-        w = np.zeros((3, n), dtype=np.float64)
+        w = np.empty((3, n), dtype=np.float64)
+        w[:, 0] = 0.0
         if n > 1:
-            np.cumsum(rng.standard_normal((3, n - 1)) * step, axis=1, out=w[:, 1:])
+            steps = rng.standard_normal((3, n - 1))
+            steps *= step
+            np.cumsum(steps, axis=1, out=w[:, 1:])
         self.paths = w
-        self._truth = np.stack([series.price_usd_per_mwh, series.carbon_g_per_kwh,
-                                series.solar_kw])
+        # the truth rows (the series' read-only arrays, not the series), stacked on first use
+        self._rows = (series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw)
+        self._stacked: np.ndarray | None = None
+
+    @property
+    def _truth(self) -> np.ndarray:
+        if self._stacked is None:
+            self._stacked = np.stack(self._rows)
+        return self._stacked
 
     def __call__(self, t: int, horizon_ticks: int, error: float
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -21,17 +21,23 @@ _START, _CARBON_SLOW, _CARBON_FAST, _PRICE, _SOLAR = 1, 2, 3, 4, 5
 SYNTHETIC_YEAR = 2020
 
 
+def _seq(seed: int, stream: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, stream])
+
+
 def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, stream])
+    return np.random.default_rng(_seq(seed, stream))
+
+
+_FIRST_DAY = np.datetime64(f"{SYNTHETIC_YEAR}-01-01", "D")
+_N_DAYS = int((np.datetime64(f"{SYNTHETIC_YEAR + 1}-01-01", "D") - _FIRST_DAY).astype(np.int64))
 
 
 def _synthetic_start(cfg: SignalConfig, seed: int) -> np.datetime64:
     if cfg.start_date is not None:
         return np.datetime64(cfg.start_date, "D").astype("datetime64[s]")
-    first = np.datetime64(f"{SYNTHETIC_YEAR}-01-01", "D")
-    ndays = int((np.datetime64(f"{SYNTHETIC_YEAR + 1}-01-01", "D") - first).astype(np.int64))
-    day = int(_rng(seed, _START).integers(0, ndays))
-    return (first + np.timedelta64(day, "D")).astype("datetime64[s]")
+    day = int(_rng(seed, _START).integers(0, _N_DAYS))
+    return (_FIRST_DAY + np.timedelta64(day, "D")).astype("datetime64[s]")
 
 
 def _solar(cfg: SignalConfig, clock: TickClock, seed: int) -> np.ndarray:
@@ -68,7 +74,7 @@ def make_signals(cfg: SignalConfig, n_ticks: int, tick_seconds: float,
                                        _rng(seed, _CARBON_FAST), cfg.carbon_slow_hours,
                                        cfg.carbon_fast_hours)
         carbon = generate_carbon(clock, cfg, slow, fast)
-        price = generate_price(clock, cfg, slow, _rng(seed, _PRICE))
+        price = generate_price(clock, cfg, slow, _seq(seed, _PRICE))  # its children draw
         meta = {}
     else:
         from envs.signals.real import real_signals
@@ -78,7 +84,7 @@ def make_signals(cfg: SignalConfig, n_ticks: int, tick_seconds: float,
         if price is None:
             driver = carbon_driver(carbon, tick_seconds, cfg.carbon_mean_g_per_kwh,
                                    cfg.carbon_slow_sd_g_per_kwh)
-            price = generate_price(clock, cfg, driver, _rng(seed, _PRICE))
+            price = generate_price(clock, cfg, driver, _seq(seed, _PRICE))
         if file_solar is not None:
             return SignalSeries(price, carbon, file_solar, tick_seconds, clock.start,
                                 source=cfg.source, meta=meta)

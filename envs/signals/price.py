@@ -59,17 +59,23 @@ TARGETS = {
 }
 
 
+# the tables wrapped at both ends, at the hours' centres (periodic interpolation)
+_XP = np.arange(-0.5, 24.5 + 1e-9, 1.0)
+_FP_WEEKDAY = np.concatenate([WEEKDAY_SHAPE[-1:], WEEKDAY_SHAPE, WEEKDAY_SHAPE[:1]])
+_FP_WEEKEND = np.concatenate([WEEKEND_SHAPE[-1:], WEEKEND_SHAPE, WEEKEND_SHAPE[:1]])
+
+
 def _shape(hours: np.ndarray, table: np.ndarray) -> np.ndarray:
-    xp = np.arange(-0.5, 24.5 + 1e-9, 1.0)
     fp = np.concatenate([table[-1:], table, table[:1]])
-    return np.interp(np.mod(hours, 24.0), xp, fp)
+    return np.interp(np.mod(hours, 24.0), _XP, fp)
 
 
 def tou_shape(hours: np.ndarray, weekend: np.ndarray, amplitude: float = 1.0) -> np.ndarray:
     """The time-of-use factor (mean 1 over a day) at fractional hours of day; ``weekend``
     is the weekend weight (0 = weekday shape, 1 = weekend shape, blends in between)."""
     w = np.asarray(weekend, dtype=np.float64)
-    s = (1.0 - w) * _shape(hours, WEEKDAY_SHAPE) + w * _shape(hours, WEEKEND_SHAPE)
+    h = np.mod(hours, 24.0)
+    s = (1.0 - w) * np.interp(h, _XP, _FP_WEEKDAY) + w * np.interp(h, _XP, _FP_WEEKEND)
     return 1.0 + amplitude * (s - 1.0)
 
 
@@ -100,11 +106,12 @@ def _day_events(clock: TickClock, rng: np.random.Generator, per_day: float,
 
 
 def generate_price(clock: TickClock, cfg, driver: np.ndarray,
-                   rng: np.random.Generator) -> np.ndarray:
+                   rng: np.random.Generator | np.random.SeedSequence) -> np.ndarray:
     """Price per tick from the config, a standardised weather driver ``z`` (one per tick)
-    and an RNG; the RNG's draws depend only on the days covered and the tick count."""
-    rng_noise, rng_spike, rng_neg = (np.random.default_rng(s) for s in
-                                     rng.bit_generator.seed_seq.spawn(3))
+    and an RNG (or its seed sequence: only its spawned children draw); the draws depend
+    only on the days covered and the tick count."""
+    seq = rng if isinstance(rng, np.random.SeedSequence) else rng.bit_generator.seed_seq
+    rng_noise, rng_spike, rng_neg = (np.random.default_rng(s) for s in seq.spawn(3))
     hours = clock.hour_of_day()
     weekend = clock.weekend_weight()
     f = cfg.price_weekend_factor
@@ -119,18 +126,23 @@ def generate_price(clock: TickClock, cfg, driver: np.ndarray,
     p = mean * level * tou_shape(hours, weekend, cfg.price_daily_amplitude) * np.exp(
         sd * x - 0.5 * sd * sd)
     mid = clock.seconds_since_start()
+
+    def inside(begin: float, end: float) -> slice:
+        # the ticks with begin <= midpoint < end: a slice, the midpoints being increasing
+        return slice(int(np.searchsorted(mid, begin, "left")),
+                     int(np.searchsorted(mid, end, "left")))
+
     # spikes: alternate morning/evening windows by a coin flip per spike
     for begin, end, g in _day_events(clock, rng_spike, cfg.price_spikes_per_day,
                                      (7.0, 9.0), (1.0, 3.0), None):
         if g > 0:  # evening peak instead of the morning one: shift by 10 h
             begin, end = begin + 10 * 3600.0, end + 10 * 3600.0
-        inside = (mid >= begin) & (mid < end)
+        ticks = inside(begin, end)
         height = mean * cfg.price_spike_factor * np.exp(0.4 * abs(g) - 0.08)
-        p[inside] = np.maximum(p[inside], height)
+        p[ticks] = np.maximum(p[ticks], height)
     for begin, end, g in _day_events(clock, rng_neg, cfg.price_negative_per_day,
                                      (10.0, 13.0), (2.0, 6.0), 1.75):
-        inside = (mid >= begin) & (mid < end)
-        p[inside] = cfg.price_negative_usd_per_mwh * np.exp(0.5 * g - 0.125)
+        p[inside(begin, end)] = cfg.price_negative_usd_per_mwh * np.exp(0.5 * g - 0.125)
     return p
 
 

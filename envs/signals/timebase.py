@@ -2,14 +2,22 @@
 the generators share: a stationary AR(1) (an Ornstein-Uhlenbeck process sampled at the
 ticks) and a smooth AR (two cascaded AR(1) filters, autocorrelation ``(1 + k/tau) e^{-k/tau}``
 in the continuous limit). Times are naive local times (no time zone), like the data.
+
+Cost: a clock computes each of its per-tick arrays once and keeps it (read-only), so the
+price and carbon generators share them; the AR paths' decay of the initial value
+(``phi ** arange(n)``) is kept per ``(phi, n)`` (an env's episodes all have the same), and
+both AR filters run in one compiled pass (:func:`_ar_filter`, the operations of
+``scipy.signal.lfilter``'s first-order filter, so the paths are the same bit for bit).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
-from scipy.signal import lfilter
 
 SECONDS_PER_DAY = 86400
 WEEKEND_RAMP_HOURS = 6.0
@@ -23,22 +31,45 @@ class TickClock:
     tick_seconds: float
     n_ticks: int
 
+    def _kept(self, key, build) -> np.ndarray:
+        """The array ``build()`` made on the first call for ``key``, read-only, kept."""
+        memo = self.__dict__.setdefault("_memo", {})
+        arr = memo.get(key)
+        if arr is None:
+            arr = build()
+            arr.setflags(write=False)
+            memo[key] = arr
+        return arr
+
     def seconds_since_start(self) -> np.ndarray:
-        """Each tick's midpoint, in seconds after ``start``."""
-        return (np.arange(self.n_ticks, dtype=np.float64) + 0.5) * self.tick_seconds
+        """Each tick's midpoint, in seconds after ``start`` (read-only)."""
+        return _seconds_since_start(float(self.tick_seconds), int(self.n_ticks))
 
     def seconds_of_epoch(self) -> np.ndarray:
         """Each tick's midpoint in seconds since 1970-01-01 00:00 (local), a Thursday."""
-        t0 = float(self.start.astype("datetime64[s]").astype(np.int64))
-        return t0 + self.seconds_since_start()
+        def build() -> np.ndarray:
+            t0 = float(self.start.astype("datetime64[s]").astype(np.int64))
+            return t0 + self.seconds_since_start()
+
+        return self._kept("epoch", build)
 
     def hour_of_day(self) -> np.ndarray:
         """Fractional hour of day (0..24) of every tick's midpoint."""
-        return np.mod(self.seconds_of_epoch(), SECONDS_PER_DAY) / 3600.0
+        return self._kept("hour", lambda: self._calendar()[0])
+
+    def _calendar(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hour of day, weekend weight at the default ramp), made in one compiled pass."""
+        def build() -> np.ndarray:
+            out = np.empty((2, self.n_ticks))
+            _calendar_kernel(self.seconds_of_epoch(), WEEKEND_RAMP_HOURS, out)
+            return out
+
+        return self._kept("calendar", build)
 
     def day_index(self) -> np.ndarray:
         """Days since 1970-01-01 of every tick's midpoint."""
-        return np.floor_divide(self.seconds_of_epoch(), SECONDS_PER_DAY).astype(np.int64)
+        return self._kept("day", lambda: np.floor_divide(
+            self.seconds_of_epoch(), SECONDS_PER_DAY).astype(np.int64))
 
     def weekday(self) -> np.ndarray:
         """Day of week of every tick's midpoint, 0 = Monday .. 6 = Sunday."""
@@ -52,12 +83,80 @@ class TickClock:
         ramping linearly over ``ramp_hours`` centred on midnight Friday/Saturday and
         Sunday/Monday (grids do not switch at the stroke of midnight). Its weekly mean is
         exactly 2/7."""
-        how = np.mod(self.seconds_of_epoch() + 3 * SECONDS_PER_DAY, 7 * SECONDS_PER_DAY) / 3600.0
+        if ramp_hours == WEEKEND_RAMP_HOURS:
+            return self._kept("weekend", lambda: self._calendar()[1])
 
-        def step(x: np.ndarray) -> np.ndarray:
-            return np.clip((x + ramp_hours / 2.0) / ramp_hours, 0.0, 1.0)
+        def build() -> np.ndarray:
+            how = np.mod(self.seconds_of_epoch() + 3 * SECONDS_PER_DAY,
+                         7 * SECONDS_PER_DAY) / 3600.0
 
-        return step(how - 120.0) - step(how - 168.0) + 1.0 - step(how)
+            def step(x: np.ndarray) -> np.ndarray:
+                return np.clip((x + ramp_hours / 2.0) / ramp_hours, 0.0, 1.0)
+
+            return step(how - 120.0) - step(how - 168.0) + 1.0 - step(how)
+
+        return self._kept(("weekend", float(ramp_hours)), build)
+
+
+@numba.njit(cache=True, inline="always")
+def _np_mod(a, b):  # pragma: no cover (compiled)
+    """``numpy.mod`` of two floats (its ``npy_divmod``: fmod, then the divisor's sign)."""
+    mod = np.fmod(a, b)
+    if mod != 0.0:
+        if (b < 0.0) != (mod < 0.0):
+            mod += b
+    else:
+        mod = math.copysign(0.0, b)
+    return mod
+
+
+@numba.njit(cache=True, inline="always")
+def _clip01(x):  # pragma: no cover (compiled)
+    """``numpy.clip(x, 0.0, 1.0)`` of a float that is not NaN."""
+    x = x if x > 0.0 else 0.0
+    return x if x < 1.0 else 1.0
+
+
+@numba.njit(cache=True)
+def _calendar_kernel(epoch, ramp_hours, out):  # pragma: no cover (compiled)
+    """``out[0]``: hour of day, ``out[1]``: weekend weight of each midpoint in ``epoch``
+    (seconds), with :class:`TickClock`'s numpy operations, element by element."""
+    half = ramp_hours / 2.0
+    for i in range(epoch.shape[0]):
+        x = epoch[i]
+        out[0, i] = _np_mod(x, 86400.0) / 3600.0
+        how = _np_mod(x + 259200.0, 604800.0) / 3600.0
+        w = _clip01(((how - 120.0) + half) / ramp_hours) - _clip01(((how - 168.0) + half)
+                                                                   / ramp_hours)
+        out[1, i] = (w + 1.0) - _clip01((how + half) / ramp_hours)
+
+
+@functools.lru_cache(maxsize=16)
+def _seconds_since_start(tick_seconds: float, n: int) -> np.ndarray:
+    out = (np.arange(n, dtype=np.float64) + 0.5) * tick_seconds
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _decay(phi: float, n: int) -> np.ndarray:
+    """``phi ** arange(n)`` (read-only), kept per ``(phi, n)``."""
+    out = phi ** np.arange(n)
+    out.setflags(write=False)
+    return out
+
+
+@numba.njit(cache=True)
+def _ar_filter(x, b0, phi, x0, decay, out):  # pragma: no cover (compiled)
+    """``out = lfilter([b0], [1, -phi], x) + x0 * decay``, in ``scipy.signal.lfilter``'s
+    operations and order (direct form II transposed, the unused ``b1 = 0`` included), so
+    the result is the same bit for bit."""
+    a1 = -phi
+    z = 0.0
+    for k in range(x.shape[0]):
+        y = z + b0 * x[k]
+        z = x[k] * 0.0 - y * a1
+        out[k] = y + x0 * decay[k]
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
@@ -68,8 +167,9 @@ def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
     scale = np.sqrt(max(1.0 - phi * phi, 0.0))
     x0 = e[0]
     e[0] = 0.0
-    out = lfilter([scale], [1.0, -phi], e)
-    return out + x0 * phi ** np.arange(n)
+    out = np.empty(n)
+    _ar_filter(e, float(scale), float(phi), float(x0), _decay(float(phi), n), out)
+    return out
 
 
 def smooth_ar(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
@@ -84,4 +184,6 @@ def smooth_ar(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
     z0 = rho * y[0] + np.sqrt(max(1.0 - rho * rho, 0.0)) * rng.standard_normal()
     drive = c * y
     drive[0] = 0.0
-    return lfilter([1.0], [1.0, -phi], drive) + z0 * phi ** np.arange(n)
+    out = np.empty(n)
+    _ar_filter(drive, 1.0, float(phi), float(z0), _decay(float(phi), n), out)
+    return out
