@@ -125,3 +125,15 @@ def test_tiny_scenario_headline_end_to_end(tmp_path, capsys):
     assert (tmp_path / "tiny" / "headline.png").stat().st_size > 1000
     for r in res["runs"]:  # each run's checkpoint replays through the evaluate command
         assert (tmp_path / "tiny" / "distill" / r["policy"].split("-")[1] / "policy.pt").exists()
+
+
+def test_published_references_feed_the_evaluate_command(tmp_path, capsys):
+    from cloudrl.scenarios.cli import ALIASES, _reference_params
+
+    assert _reference_params([str(tmp_path)]) is None
+    ref = {"source": "tuned", "signal_aware": {"quantile": 0.3}, "mpc": {"max_util": 0.7}}
+    (tmp_path / "references.json").write_text(json.dumps(ref))
+    assert _reference_params(["/no/such/dir", str(tmp_path)]) == {
+        "signal_aware": {"quantile": 0.3}, "mpc": {"max_util": 0.7}}
+    assert "references.json" in capsys.readouterr().out
+    assert ALIASES["power_aware"] == "signal_aware"

@@ -69,8 +69,12 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     from cloudrl.scenarios.runner import KINDS, ControllerSpec, run_controllers
 
     cfg = load_scenario(args.scenario)
-    params = json.loads(args.params) if args.params else {}
-    kinds = args.policy or ["signal_aware", "mpc", "oracle", "run_at_once"]
+    params = json.loads(args.params) if args.params else None
+    if params is None:  # a published checkpoint carries the parameters it was measured against
+        params = _reference_params(args.checkpoint or [])
+    params = params or {}
+    kinds = [ALIASES.get(k, k) for k in (args.policy or ["signal_aware", "mpc", "oracle",
+                                                         "run_at_once"])]
     for k in kinds:
         if k not in KINDS:
             raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(KINDS)}")
@@ -104,6 +108,24 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
                          for s, r in zip(specs, res, strict=True)}}, indent=2))
         print(f"wrote {out}")
     return 0
+
+
+# what a user of the cluster envs calls the heuristic: on a scenario it is the signal-aware
+# rule on top of power_aware
+ALIASES = {"power_aware": "signal_aware", "heuristic": "signal_aware"}
+REFERENCES = "references.json"
+
+
+def _reference_params(checkpoints: list[str]) -> dict | None:
+    """The tuned heuristic's and MPC's parameters that ``headline --publish`` stored beside
+    the first checkpoint that has them (``references.json``), announced; else None."""
+    for path in checkpoints:
+        ref = Path(path) / REFERENCES
+        if ref.is_file():
+            data = json.loads(ref.read_text())
+            print(f"signal_aware and mpc parameters from {ref} ({data.get('source', '')})")
+            return {k: data[k] for k in ("signal_aware", "mpc") if k in data}
+    return None
 
 
 def _fail(message: str) -> int:

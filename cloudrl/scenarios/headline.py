@@ -238,6 +238,9 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(checkpoint, dest, ignore=shutil.ignore_patterns("*.npz"))
+        (dest / "references.json").write_text(json.dumps({
+            "source": f"tuned by 'cloudrl headline --scenario {scn.name}' ({tuned_how})",
+            "signal_aware": heur_p, "mpc": mpc_p}, indent=2) + "\n")
         checkpoint = str(dest)
     mean = {s.name: {k: float(np.mean([m[k] for m in by[s.name]]))
                      for k in ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh",
