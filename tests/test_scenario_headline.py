@@ -99,9 +99,13 @@ def test_table_marks_the_claimed_run():
     (["headline", "--scenario", "tiny", "--n-test-seeds", "0"], "n-test-seeds"),
     (["headline", "--scenario", "tiny", "--families", "bogus"], "bogus"),
     (["headline", "--scenario", "tiny", "--reuse"], "--reuse"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "learned"], "--checkpoint"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "/no/such"], "/no/such"),
 ])
 def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsys, tmp_path):
-    assert main([*argv, "--out-dir", str(tmp_path), "--no-log"]) == 2
+    extra = ["--out-dir", str(tmp_path), "--no-log"] if argv[0] == "headline" else []
+    assert main([*argv, *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
     assert not any(tmp_path.iterdir())
@@ -116,15 +120,18 @@ def test_defaults_run():
 def test_tiny_scenario_headline_end_to_end(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert main(["headline", "--scenario", "tiny", "--tiny", "--out-dir", str(tmp_path),
-                 "--tracking-uri", uri, "--workers", "1"]) == 0
+                 "--tracking-uri", uri, "--workers", "1", "--families", "distill", "bdq"]) == 0
     out = capsys.readouterr().out
     assert "smoke run" in out and "claim: median run" in out
     res = json.loads((tmp_path / "tiny" / "result.json").read_text())
     assert res["n_test_seeds"] == 3 and len(res["runs"]) == 2
+    assert set(res["validation"]["family_median_cost"]) == {"distill", "bdq"}
+    assert res["family"] in ("distill", "bdq")
     assert res["heuristic_cost"] > 0 and res["learned_cost"] > 0
     assert (tmp_path / "tiny" / "headline.png").stat().st_size > 1000
-    for r in res["runs"]:  # each run's checkpoint replays through the evaluate command
-        assert (tmp_path / "tiny" / "distill" / r["policy"].split("-")[1] / "policy.pt").exists()
+    for r in res["runs"]:  # each run of the selected family left its checkpoint
+        fam, run = r["policy"].split("-")
+        assert (tmp_path / "tiny" / fam / run).is_dir()
 
 
 def test_published_references_feed_the_evaluate_command(tmp_path, capsys):

@@ -75,19 +75,20 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     params = params or {}
     kinds = [ALIASES.get(k, k) for k in (args.policy or ["signal_aware", "mpc", "oracle",
                                                          "run_at_once"])]
+    policies = [k for k in KINDS if k not in CHECKPOINT_KINDS]
     for k in kinds:
-        if k not in KINDS:
-            raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(KINDS)}")
+        if k not in policies:
+            hint = " (a learned policy comes with --checkpoint DIR)" \
+                if k in CHECKPOINT_KINDS else ""
+            raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(policies)}{hint}")
     specs = [ControllerSpec(k, params.get(k, {})) for k in kinds]
     for n, path in enumerate(args.checkpoint or []):
-        from cloudrl.algorithms.distill.policy import CheckpointError, load_checkpoint
-
         try:
-            load_checkpoint(path)
-        except CheckpointError as e:
+            kind = checkpoint_kind(path)
+        except ValueError as e:
             return _fail(str(e))
         label = "learned" if len(args.checkpoint) == 1 else f"learned{n}"
-        specs.append(ControllerSpec("learned", {"checkpoint": str(path)}, label))
+        specs.append(ControllerSpec(kind, {"checkpoint": str(path)}, label))
         print(f"{label}: {path}")
     seeds = list(seeds_for(args.split, args.n_seeds))
     res = run_controllers(cfg, specs, seeds, args.workers)
@@ -128,6 +129,23 @@ def _reference_params(checkpoints: list[str]) -> dict | None:
     return None
 
 
+CHECKPOINT_KINDS = ("learned", "rllib")
+
+
+def checkpoint_kind(path: str) -> str:
+    """``learned`` for a distilled checkpoint (``policy.json``), ``rllib`` for one of
+    ``cloudrl train --scenario`` (``cloudrl.json``); a ValueError naming what is wrong."""
+    if (Path(path) / "cloudrl.json").is_file():
+        from cloudrl.scenarios.rl_policy import read_scenario_meta
+
+        read_scenario_meta(path)
+        return "rllib"
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    load_checkpoint(path)
+    return "learned"
+
+
 def _fail(message: str) -> int:
     print(f"cloudrl: {message}", file=sys.stderr)
     return 2
@@ -146,7 +164,7 @@ def _learned_vs_references(specs: list, res: list[list[dict[str, float]]]) -> li
     refs = [s.name for s in specs if s.kind in ("signal_aware", "mpc", "mpc_rounded")]
     out = []
     for s, r in zip(specs, res, strict=True):
-        if s.kind != "learned":
+        if s.kind not in CHECKPOINT_KINDS:
             continue
         p50 = float(np.median([m.get("decide_p50_ms", np.nan) for m in r]))
         p99 = float(np.median([m.get("decide_p99_ms", np.nan) for m in r]))
@@ -205,7 +223,8 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
     kw = {k: getattr(args, k) for k in ("n_test_seeds", "n_val_seeds", "tune_samples",
                                          "tune_seeds", "mpc_samples", "params_from",
                                          "publish", "headline_json", "workers",
-                                         "tracking_uri") if getattr(args, k) is not None}
+                                         "tracking_uri", "rl_env_steps")
+          if getattr(args, k) is not None}
     if args.run_seeds is not None:
         kw["run_seeds"] = tuple(args.run_seeds)
     if args.families is not None:
@@ -249,7 +268,9 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--params-from", metavar="JSON",
                    help="reuse the tuned parameters of a 'cloudrl scenarios headroom --json' "
                         "file instead of tuning")
-    g.add_argument("--families", nargs="+", help="learned families to train (default distill)")
+    g.add_argument("--families", nargs="+", help="learned families to train: distill, bdq, dqn, "
+                                                 "ppo (default distill)")
+    g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
     g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
                                                     "(e.g. checkpoints/NAME)")

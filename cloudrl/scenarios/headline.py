@@ -61,6 +61,7 @@ class ScenarioHeadlineConfig:
     families: tuple[str, ...] = FAMILIES
     run_seeds: tuple[int, ...] = (0, 1, 2)
     expert_seeds: int = 20
+    rl_env_steps: int = 80_640  # per RLlib run (BDQ at this budget: ~10 min on 2 cores)
     dagger_rounds: int = 2
     dagger_seeds: int = 4
     out_dir: str = "results/headline_scenario"
@@ -91,7 +92,8 @@ def tiny(cfg: ScenarioHeadlineConfig) -> ScenarioHeadlineConfig:
     """Smoke size: the ``tiny`` scenario, 3 test seeds, 2 run seeds, light tuning."""
     return replace(cfg, scenario="tiny", n_test_seeds=3, n_val_seeds=2, tune_samples=2,
                    tune_seeds=2, mpc_samples=1, run_seeds=(0, 1), expert_seeds=3,
-                   dagger_rounds=1, dagger_seeds=1, params_from=None, tiny=True)
+                   dagger_rounds=1, dagger_seeds=1, params_from=None, rl_env_steps=480,
+                   tiny=True)
 
 
 # --- candidate families -------------------------------------------------------------------
@@ -117,8 +119,30 @@ def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params:
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
 
 
+def _train_rllib(algo: str) -> Trainer:
+    """An RLlib family (``cloudrl train --scenario NAME --algo ALGO``) as a trainer."""
+
+    def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                  run_seed: int, out: Path) -> ControllerSpec:
+        from cloudrl.ray_utils import init_ray
+        from cloudrl.training import TrainConfig, train
+
+        init_ray()
+        tc = TrainConfig(algo=algo, scenario=scn.name, run_seed=run_seed,
+                         env_steps=cfg.rl_env_steps, checkpoint_dir=str(out.resolve()))
+        path, history = train(tc)
+        print(f"{algo} run {run_seed}: {history[-1]['env_steps']:.0f} env steps "
+              f"({history[-1]['wall_s']:.0f} s), {path}", flush=True)
+        return ControllerSpec("rllib", {"checkpoint": str(path)}, f"{algo}-run{run_seed}")
+
+    return train_one
+
+
 def available_families() -> dict[str, Trainer]:
-    return {"distill": _train_distill}
+    """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
+    --scenario`` (BDQ on the branching env, DQN and PPO on the flat one)."""
+    return {"distill": _train_distill, "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"),
+            "ppo": _train_rllib("ppo")}
 
 
 # --- the pipeline ---------------------------------------------------------------------------
@@ -232,7 +256,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     claim_spec = runs[int(order[len(order) // 2])]
     say(f"[4/4] {len(seeds)} test seeds played ({time.perf_counter() - t0:.0f} s in all)")
 
-    checkpoint = claim_spec.params["checkpoint"]
+    checkpoint = claim_spec.params["checkpoint"]  # a distilled or an RLlib checkpoint
     if cfg.publish:
         dest = Path(cfg.publish)
         if dest.exists():
