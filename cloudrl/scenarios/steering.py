@@ -432,12 +432,14 @@ def format_table(res: SteerResult, scenario: str) -> str:
     for r in res.rows:
         d, lo, hi = r["vs_default_heuristic"]
         gap = "" if r["run_seed"] is None and "median" not in r["policy"] else \
-            f"{100 * r['gap_closed']:9.0f}%"
+            "n/a" if not np.isfinite(r["gap_closed"]) else f"{100 * r['gap_closed']:9.0f}%"
         lines.append(f"{r['family']:10s} {r['policy']:26s} {r['utility_mean']:9.2f} "
                      f"{r['cost_usd_mean']:8.2f}  {d:+9.2f} [{lo:+8.2f}, {hi:+8.2f}]      "
                      f"{gap:>10s}")
     lines.append("reward model held-out pair accuracy (noisy labels / true order): " + ", ".join(
         f"run {m['run_seed']}: {m['heldout_acc_noisy']:.3f} / {m['heldout_acc_true']:.3f}"
         for m in res.reward_models))
+    lines.append("gap closed: (U(default-tuned) - U(steered)) / (U(default-tuned) - "
+                 "U(hidden-tuned)) within the family; n/a where the two references tie")
     lines.append(f"wall time {res.wall_s:.0f} s")
     return "\n".join(lines)
