@@ -338,3 +338,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cloudrl.scenarios.steer_cli import add_steer_parser
 
     add_steer_parser(ss)
+    from cloudrl.scenarios.offline_cli import add_offline_parser
+
+    add_offline_parser(ss)

@@ -1,0 +1,87 @@
+"""``cloudrl scenarios offline``: log the tuned heuristic and the forecast MPC on TRAIN
+seeds, train the offline constrained agent (CQL-Lag) on those logs only, and play it
+against both on test seeds (cloudrl/scenarios/offline_agent.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _fail(msg: str) -> int:
+    print(f"cloudrl: scenarios offline: {msg}", file=sys.stderr)
+    return 2
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments (one line), or None."""
+    from cloudrl.protocol import N_SEEDS
+
+    if not 1 <= args.episodes <= N_SEEDS:
+        return f"--episodes must be in 1..{N_SEEDS} (train seeds per behaviour), got " \
+               f"{args.episodes}"
+    if not 1 <= args.n_seeds <= N_SEEDS:
+        return f"--n-seeds must be in 1..{N_SEEDS} (test seeds), got {args.n_seeds}"
+    if args.iterations < 1:
+        return f"--iterations must be >= 1, got {args.iterations}"
+    if not args.budget_fraction > 0:
+        return f"--budget-fraction must be > 0, got {args.budget_fraction}"
+    if args.data and not (Path(args.data) / "dataset.json").is_file():
+        return f"--data {args.data}: no dataset.json (a directory this command wrote)"
+    return None
+
+
+def _cmd_offline(args: argparse.Namespace) -> int:
+    from envs.scenario.catalog import load_scenario
+
+    problem = check_args(args)
+    if problem:
+        return _fail(problem)
+    try:
+        cfg = load_scenario(args.scenario)
+    except (ValueError, OSError, KeyError) as e:
+        return _fail(str(e).splitlines()[0] if str(e) else repr(e))
+    from cloudrl.scenarios.offline_agent import TrainSettings, format_table, run, to_json
+
+    out = Path(args.out or f"results/offline_scenarios/{cfg.name}")
+    settings = TrainSettings(iterations=args.iterations, run_seed=args.run_seed,
+                             budget_fraction=args.budget_fraction)
+    res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
+              workers=args.workers, data=args.data)
+    print("\n" + format_table(res.evaluation))
+    print(f"checkpoint: {res.checkpoint}; wall: " +
+          ", ".join(f"{k[:-2]} {v:.0f} s" for k, v in res.wall_s.items()))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
+               "episodes_per_behaviour": args.episodes, "run_seed": args.run_seed,
+               "data": str(res.data), "checkpoint": str(res.checkpoint),
+               "behaviours_train": res.behaviours, "last_metrics": res.metrics,
+               "wall_s": res.wall_s, **to_json(res.evaluation)}
+        path.write_text(json.dumps(doc, indent=1, default=float))
+        print(f"wrote {path}")
+    return 0
+
+
+def add_offline_parser(ss: argparse._SubParsersAction) -> None:
+    p = ss.add_parser("offline", help="offline constrained agent (CQL-Lag) trained only on "
+                                      "logged heuristic and MPC episodes; vs both on test seeds")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--episodes", type=int, default=20,
+                   help="train seeds each behaviour policy plays (1..50)")
+    p.add_argument("--run-seed", type=int, default=0, help="training run seed")
+    p.add_argument("--n-seeds", type=int, default=10, help="test seeds (1..50)")
+    p.add_argument("--iterations", type=int, default=300,
+                   help="training iterations (1024 logged transitions each, 2 epochs)")
+    p.add_argument("--budget-fraction", type=float, default=1.0,
+                   help="the constraint's episode budget, as a fraction of the behaviour "
+                        "policies' per-class rates")
+    p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
+                                  "budgets too) instead of recording")
+    p.add_argument("--out", help="output directory (default results/offline_scenarios/NAME)")
+    p.add_argument("--workers", type=int, default=None, help="evaluation worker processes")
+    p.add_argument("--json", help="write the table, per-seed metrics and wall times here")
+    p.set_defaults(func=_cmd_offline)

@@ -1,0 +1,125 @@
+"""cloudrl scenarios offline: logged behaviour episodes, their RLlib offline format, a tiny
+CQL-Lag train played through the scenario runner, and the command's argument errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cloudrl import cli
+from cloudrl.algorithms.distill.actions import RoundedController
+from cloudrl.scenarios import offline_agent as OA
+from envs.scenario.catalog import load_scenario
+from envs.scenario.control import run_episode
+from envs.scenario.sim import ScenarioSim
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_scenario("tiny")
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny):
+    return OA.record(tiny, [0, 1])
+
+
+def test_logged_transitions_reproduce_the_behaviour_cost(tiny, episodes):
+    assert [ep.custom_data["policy"] for ep in episodes] == ["signal_aware"] * 2 + ["mpc"] * 2
+    for ep in episodes:
+        kind = ep.custom_data["policy"]
+        seed = ep.custom_data["episode_seed"]
+        played = run_episode(ScenarioSim(tiny), RoundedController(OA._controller(kind, {})),
+                             seed).metrics
+        assert -sum(ep.get_rewards()) == pytest.approx(played["cost_usd"], rel=1e-9)
+        summary = OA.episode_summary(ep)
+        for c in OA.CLASSES:
+            logged = sum(ep.get_infos(t)[f"violations_{c}"] for t in range(1, len(ep) + 1))
+            assert logged == summary[f"violations_{c}"] == played[f"violations_{c}"]
+        sim = ScenarioSim(tiny)
+        assert ep.is_terminated and len(ep) == -(-sim.n_ticks // sim.cfg.decision_ticks)
+        assert all(0 <= a < 24 for a in ep.get_actions())
+
+
+def test_budgets_and_costs(episodes):
+    budgets = OA.class_budgets(episodes)
+    table = OA.behaviour_table(episodes)
+    for c in OA.CLASSES:
+        assert budgets[c] == pytest.approx(max(row[f"sla_{c}"] for row in table.values()))
+    OA.set_costs(episodes, budgets)
+    for ep in episodes:
+        s = OA.episode_summary(ep)
+        total = sum(ep.get_infos(t)["cost"] for t in range(1, len(ep) + 1))
+        expect = sum(s[f"violations_{c}"] / max(budgets[c] * max(s[f"jobs_{c}"], 1.0), 1e-3)
+                     for c in OA.CLASSES)
+        assert total == pytest.approx(expect)
+
+
+def test_dataset_round_trips_through_the_offline_format(episodes, tmp_path):
+    from cloudrl.data.episodes import episode_files
+    from cloudrl.data.offline import read_dataset
+
+    budgets = OA.class_budgets(episodes)
+    out = OA.write_dataset(episodes, tmp_path / "data", budgets)
+    assert len(episode_files(out)) == 2  # one file per behaviour
+    back = read_dataset(out)
+    key = {(e.custom_data["policy"], e.custom_data["episode_seed"]): e for e in episodes}
+    assert len(back) == len(episodes)
+    for ep in back:
+        orig = key[(ep.custom_data["policy"], ep.custom_data["episode_seed"])]
+        assert np.array_equal(ep.get_actions(), orig.get_actions())
+        assert np.allclose(ep.get_rewards(), orig.get_rewards())
+        obs, obs0 = ep.get_observations(), orig.get_observations()
+        assert np.allclose([o["macro"] for o in obs], [o["macro"] for o in obs0])
+        assert [ep.get_infos(t)["cost"] for t in range(1, len(ep) + 1)] == \
+            [orig.get_infos(t)["cost"] for t in range(1, len(orig) + 1)]
+    meta = json.loads((out / "dataset.json").read_text())
+    assert meta["budgets"] == pytest.approx(budgets)
+
+
+def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_path):
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+
+    budgets = OA.class_budgets(episodes)
+    data = OA.write_dataset(episodes, tmp_path / "data", budgets)
+    ckpt, metrics = OA.train(tiny, data, tmp_path / "agent", budgets,
+                             OA.TrainSettings(iterations=2, train_batch_size=128,
+                                              minibatch_size=64, hidden=16))
+    assert "lagrange" in metrics
+    meta = json.loads((ckpt / "cloudrl.json").read_text())
+    assert meta["algo"] == "cql_lag" and meta["scenario"] == "tiny"
+    [rows] = run_controllers(tiny, [ControllerSpec("rllib", {"checkpoint": str(ckpt)})],
+                             [1_000_000], workers=1)
+    assert np.isfinite(rows[0]["cost_usd"]) and "sla_lc" in rows[0]
+    ev = OA.evaluate(tiny, ckpt, budgets, [1_000_000], workers=1)
+    assert set(ev.within) == {"signal_aware", "mpc", "cql_lag"}
+    assert "cql_lag - mpc" in OA.format_table(ev)
+
+
+@pytest.mark.parametrize("argv", [["--episodes", "0"], ["--n-seeds", "51"],
+                                  ["--iterations", "0"], ["--budget-fraction", "0"],
+                                  ["--data", "/no/such/dir"]])
+def test_bad_arguments_exit_2_with_one_line(argv, capsys):
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("cloudrl: scenarios offline:")
+
+
+def test_unknown_scenario_exits_2(capsys):
+    assert cli.main(["scenarios", "offline", "--scenario", "no_such"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_command_runs_on_tiny(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
+                     "--n-seeds", "2", "--iterations", "3", "--out", str(tmp_path / "o"),
+                     "--workers", "1", "--json", str(out)])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["comparisons"]) == {"signal_aware", "mpc"}
+    assert "cql_lag - signal_aware" in capsys.readouterr().out
