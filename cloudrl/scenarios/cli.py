@@ -341,3 +341,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cloudrl.scenarios.offline_cli import add_offline_parser
 
     add_offline_parser(ss)
+    from cloudrl.scenarios.supervise_cli import add_supervise_parser
+
+    add_supervise_parser(ss)
