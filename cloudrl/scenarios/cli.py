@@ -268,8 +268,9 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--params-from", metavar="JSON",
                    help="reuse the tuned parameters of a 'cloudrl scenarios headroom --json' "
                         "file instead of tuning")
-    g.add_argument("--families", nargs="+", help="learned families to train: distill, bdq, dqn, "
-                                                 "ppo (default distill)")
+    g.add_argument("--families", nargs="+", help="learned families to train: distill, "
+                                                 "distill_default, bdq, dqn, ppo (default "
+                                                 "distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
     g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
