@@ -184,7 +184,7 @@ class TrainSettings:
     lagrange_lr: float = 0.02
     train_batch_size: int = 1024
     minibatch_size: int = 256
-    num_epochs: int = 2
+    num_epochs: int = 4
     torch_threads: int = 1
 
 

@@ -75,10 +75,11 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--run-seed", type=int, default=0, help="training run seed")
     p.add_argument("--n-seeds", type=int, default=10, help="test seeds (1..50)")
     p.add_argument("--iterations", type=int, default=300,
-                   help="training iterations (1024 logged transitions each, 2 epochs)")
-    p.add_argument("--budget-fraction", type=float, default=1.0,
-                   help="the constraint's episode budget, as a fraction of the behaviour "
-                        "policies' per-class rates")
+                   help="training iterations (1024 logged transitions each, 4 epochs of "
+                        "256-transition updates)")
+    p.add_argument("--budget-fraction", type=float, default=0.5,
+                   help="the constraint's episode budget is 2 x this (the sum over the two "
+                        "classes of violations / budgeted violations)")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
     p.add_argument("--out", help="output directory (default results/offline_scenarios/NAME)")
