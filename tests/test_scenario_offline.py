@@ -113,7 +113,6 @@ def test_unknown_scenario_exits_2(capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
 def test_command_runs_on_tiny(tmp_path, capsys):
     out = tmp_path / "run.json"
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
