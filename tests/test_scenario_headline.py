@@ -99,6 +99,10 @@ def test_table_marks_the_claimed_run():
     (["headline", "--scenario", "tiny", "--n-test-seeds", "0"], "n-test-seeds"),
     (["headline", "--scenario", "tiny", "--families", "bogus"], "bogus"),
     (["headline", "--scenario", "tiny", "--reuse"], "--reuse"),
+    (["headline", "--scenario", "tiny", "--dagger-rounds", "9", "--dagger-seeds", "5"],
+     "only 50 exist"),
+    (["headline", "--scenario", "tiny", "--distill-val-seeds", "0"], "distill-val-seeds"),
+    (["headline", "--scenario", "tiny", "--params-from", "/no/such.json"], "/no/such.json"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "learned"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "/no/such"], "/no/such"),
@@ -144,3 +148,33 @@ def test_published_references_feed_the_evaluate_command(tmp_path, capsys):
         "signal_aware": {"quantile": 0.3}, "mpc": {"max_util": 0.7}}
     assert "references.json" in capsys.readouterr().out
     assert ALIASES["power_aware"] == "signal_aware"
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not JSON (line 1"),
+    ("[1, 2]", "neither a headroom JSON"),
+    ('{"scenarios": [{"name": "other"}]}', "no scenario 'tiny'"),
+    ('{"scenarios": [{"name": "tiny", "heuristic_params": 3}]}', "lacks heuristic_params"),
+])
+def test_bad_params_files_name_the_file_and_the_fault(tmp_path, content, needle):
+    from cloudrl.scenarios.headline import read_params
+
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="p.json") as e:
+        read_params(str(path), "tiny")
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_params_come_from_a_headroom_json_or_a_checkpoints_references(tmp_path):
+    from cloudrl.scenarios.headline import read_params
+
+    heur, mpc = {"quantile": 0.4}, {"max_util": 0.7}
+    refs = tmp_path / "references.json"
+    refs.write_text(json.dumps({"source": "x", "signal_aware": heur, "mpc": mpc}))
+    assert read_params(str(refs), "tiny") == (heur, mpc)
+    room = tmp_path / "headroom.json"
+    room.write_text(json.dumps({"scenarios": [
+        {"name": "other", "heuristic_params": {}, "mpc_params": {}},
+        {"name": "tiny", "heuristic_params": heur, "mpc_params": mpc}]}))
+    assert read_params(str(room), "tiny") == (heur, mpc)

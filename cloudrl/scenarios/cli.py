@@ -223,7 +223,9 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
     kw = {k: getattr(args, k) for k in ("n_test_seeds", "n_val_seeds", "tune_samples",
                                          "tune_seeds", "mpc_samples", "params_from",
                                          "publish", "headline_json", "workers",
-                                         "tracking_uri", "rl_env_steps")
+                                         "tracking_uri", "rl_env_steps", "expert_seeds",
+                                         "dagger_rounds", "dagger_seeds",
+                                         "distill_val_seeds")
           if getattr(args, k) is not None}
     if args.run_seeds is not None:
         kw["run_seeds"] = tuple(args.run_seeds)
@@ -272,6 +274,12 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
                                                  "distill_default, bdq, dqn, ppo (default "
                                                  "distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
+    g.add_argument("--expert-seeds", type=int,
+                   help="train seeds the MPC plays for the distill families (default 20)")
+    g.add_argument("--dagger-rounds", type=int, help="DAgger rounds per distill run (default 2)")
+    g.add_argument("--dagger-seeds", type=int, help="train seeds per DAgger round (default 4)")
+    g.add_argument("--distill-val-seeds", type=int,
+                   help="validation seeds that pick a distill run's round (default 4)")
     g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
     g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
                                                     "(e.g. checkpoints/NAME)")

@@ -65,6 +65,7 @@ class ScenarioHeadlineConfig:
     rl_env_steps: int = 80_640  # per RLlib run (BDQ at this budget: ~10 min on 2 cores)
     dagger_rounds: int = 2
     dagger_seeds: int = 4
+    distill_val_seeds: int = 4  # validation seeds that pick a distillation run's DAgger round
     out_dir: str = "results/headline_scenario"
     publish: str | None = None  # copy the claimed run's checkpoint here
     headline_json: str | None = None  # merge the row into this headline.json
@@ -75,12 +76,20 @@ class ScenarioHeadlineConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_test_seeds", "n_val_seeds", "tune_samples", "tune_seeds",
-                     "mpc_samples", "expert_seeds"):
+                     "mpc_samples", "expert_seeds", "distill_val_seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"headline: {name.replace('_', '-')} must be >= 1, "
                                  f"got {getattr(self, name)}")
         if not 1 <= self.n_test_seeds <= 50:
             raise ValueError(f"headline: n-test-seeds must be 1..50, got {self.n_test_seeds}")
+        if self.dagger_rounds < 0 or self.dagger_seeds < 0:
+            raise ValueError("headline: dagger-rounds and dagger-seeds must be >= 0")
+        used = self.expert_seeds + self.dagger_rounds * self.dagger_seeds
+        if used > 50:
+            raise ValueError(f"headline: expert-seeds + dagger-rounds x dagger-seeds = {used} "
+                             f"train seeds, only 50 exist")
+        if self.params_from and not self.tiny:
+            read_params(self.params_from, self.scenario)  # a bad file fails before any work
         if not self.run_seeds:
             raise ValueError("headline: at least one run seed")
         bad = [f for f in self.families if f not in available_families()]
@@ -120,11 +129,11 @@ def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params:
     dc = DistillConfig(run_seed=run_seed, mpc_params=mpc_params,
                        n_expert_seeds=cfg.expert_seeds, dagger_rounds=cfg.dagger_rounds,
                        dagger_seeds_per_round=cfg.dagger_seeds,
-                       n_val_seeds=min(4, cfg.n_val_seeds))
+                       n_val_seeds=min(cfg.distill_val_seeds, cfg.n_val_seeds))
     cmd = (f"cloudrl scenarios distill --scenario {scn.name} --run-seed {run_seed} "
            f"--out {out} --mpc-params '{json.dumps(mpc_params)}' --expert-seeds "
            f"{cfg.expert_seeds} --dagger-rounds {cfg.dagger_rounds} --dagger-seeds "
-           f"{cfg.dagger_seeds}")
+           f"{cfg.dagger_seeds} --val-seeds {dc.n_val_seeds}")
     train_to_dir(scn, dc, out, out.parent / "expert.npz", command=cmd)
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
 
@@ -165,13 +174,37 @@ class HeadlineOutcome:
     run_id: str | None = None
 
 
+def read_params(path: str, scenario: str) -> tuple[dict, dict]:
+    """The tuned (heuristic, MPC) parameters of ``scenario`` in ``path``: a ``cloudrl
+    scenarios headroom --json`` file or a published checkpoint's ``references.json``.
+    Raises ValueError with one line naming the file and what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--params-from {path}: cannot read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--params-from {path}: not JSON (line {e.lineno}: {e.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("signal_aware"), dict) \
+            and isinstance(data.get("mpc"), dict):
+        return data["signal_aware"], data["mpc"]
+    rows = data.get("scenarios") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"--params-from {path}: neither a headroom JSON (\"scenarios\") nor "
+                         f"a checkpoint's references.json (\"signal_aware\", \"mpc\")")
+    for r in rows:
+        if isinstance(r, dict) and r.get("name") == scenario:
+            if not isinstance(r.get("heuristic_params"), dict) or \
+                    not isinstance(r.get("mpc_params"), dict):
+                raise ValueError(f"--params-from {path}: scenario {scenario!r} lacks "
+                                 f"heuristic_params / mpc_params")
+            return r["heuristic_params"], r["mpc_params"]
+    raise ValueError(f"--params-from {path}: no scenario {scenario!r} in it")
+
+
 def _tuned_params(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig) -> tuple[dict, dict, str]:
     if cfg.params_from:
-        data = json.loads(Path(cfg.params_from).read_text())
-        for r in data.get("scenarios", []):
-            if r.get("name") == scn.name:
-                return r["heuristic_params"], r["mpc_params"], f"reused from {cfg.params_from}"
-        raise ValueError(f"--params-from {cfg.params_from}: no scenario {scn.name!r} in it")
+        heur, mpc = read_params(cfg.params_from, scn.name)
+        return heur, mpc, f"reused from {cfg.params_from}"
     from cloudrl.scenarios.tuning import tune
 
     heur = tune(scn, "signal_aware", cfg.tune_samples, cfg.tune_seeds, workers=cfg.workers)
