@@ -219,17 +219,23 @@ def forecast_summary(series: SignalSeries, seed: int, error: float, horizon: int
     The forecast values are those of ``forecast(series, t0, horizon + every - 1, error,
     seed)`` bit for bit, so the window minimum is exact and the mean equal up to rounding;
     one compiled pass (``envs.vector_kernels.forecast_window_stats``)."""
-    from envs.signals.forecast import Forecaster
+    from envs.signals.forecast import error_paths
 
     if not 1 <= every <= horizon:
         raise ValueError(f"every: must be in 1..horizon ({horizon}), got {every}")
     sel = list(rows)
-    truth = np.stack([series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw])[sel]
-    paths = Forecaster(series, seed).paths[sel] if error != 0 else np.zeros_like(truth)
+    arrays = (series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw)
+    truth = np.stack([arrays[i] for i in sel])
+    if error != 0:
+        # only the paths of the rows asked for, up to the last (the rows are drawn in order)
+        paths = error_paths(seed, series.n_ticks, series.tick_seconds, max(sel) + 1)
+        paths = paths if sel == list(range(len(paths))) else np.ascontiguousarray(paths[sel])
+    else:
+        paths = np.zeros_like(truth)
     out_mean = np.empty((len(sel), n_obs))
     out_min = np.empty((len(sel), n_obs))
-    vk.forecast_window_stats(truth, np.ascontiguousarray(paths), float(error), int(horizon),
-                             int(every), out_mean, out_min)
+    vk.forecast_window_stats(truth, paths, float(error), int(horizon), int(every), out_mean,
+                             out_min)
     return out_mean, out_min
 
 
@@ -286,13 +292,9 @@ def _build_episode_signals(signals: SignalConfig, episode_length: int, tick_seco
     n_obs = episode_length + 1
     price = series.price_usd_per_mwh[:n_obs]
     carbon = series.carbon_g_per_kwh[:n_obs]
-    cols = [price / PRICE_SCALE, carbon / CARBON_SCALE,
-            (fc_mean[0] - price) / PRICE_SCALE, (fc_min[0] - price) / PRICE_SCALE,
-            (fc_mean[1] - carbon) / CARBON_SCALE, (fc_min[1] - carbon) / CARBON_SCALE]
-    if solar:
-        peak_kw = peak_w / 1000.0
-        cols += [series.solar_kw[:n_obs] / peak_kw, fc_mean[2] / peak_kw]
-    features = np.ascontiguousarray(np.stack(cols, axis=1), dtype=np.float32)
+    features = np.empty((n_obs, 8 if solar else 6), dtype=np.float32)
+    vk.signal_features(price, carbon, series.solar_kw[:n_obs], fc_mean, fc_min, PRICE_SCALE,
+                       CARBON_SCALE, peak_w / 1000.0, features)
     solar_j = series.solar_kw[:episode_length] * 1000.0 * tick_seconds
     for arr in (features, solar_j):
         arr.setflags(write=False)

@@ -322,9 +322,13 @@ VECTOR_OF: dict[type, type[_ClusterVectorEnv]] = {
 
 def warm_up() -> None:
     """Compile (or load from numba's on-disk cache) the batched kernel and the signal
-    forecast summary (``envs.observation.episode_signals``)."""
+    forecast summary and feature columns (``envs.observation.episode_signals``)."""
     vk.forecast_window_stats(np.ones((1, 3)), np.zeros((1, 3)), 0.1, 2, 1, np.empty((1, 2)),
                              np.empty((1, 2)))
+    series_row = np.zeros(2)  # a series' arrays are read-only
+    series_row.setflags(write=False)
+    vk.signal_features(series_row, series_row, series_row, np.zeros((2, 2)), np.zeros((2, 2)),
+                       1.0, 1.0, 1.0, np.empty((2, 6), dtype=np.float32))
     # the single env's observation with signals (its feature rows are read-only)
     dyn = np.zeros((1, 9))
     dyn[0, 2] = 1.0

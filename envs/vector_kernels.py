@@ -470,39 +470,106 @@ def forecast_window_stats(truth, paths, error, horizon, every, out_mean,
     operations: ``truth[s] * max(0, 1 + error * (paths[s] - paths[t0]))`` (``truth[s]``
     when ``error`` is 0), ``s`` clipped to the series' last tick. Per issue, the window
     ``[i, i + horizon)`` of its ``horizon + every - 1`` forecast values is a suffix of the
-    first ``horizon`` plus a prefix of the rest: O(horizon + every) per issue."""
+    first ``horizon`` (summed and minimised from the last value down) plus a prefix of the
+    rest: O(horizon + every) per issue. The forecasts of four issues are computed into a
+    buffer (a loop the compiler vectorises), then their four running sums advance
+    together, one lead at a time, in registers: each sum adds in its own order, as one
+    issue at a time would, but a sum no longer waits on the previous addition of the
+    same issue alone."""
     rows, n = truth.shape
     n_obs = out_mean.shape[1]
+    n_issue = (n_obs + every - 1) // every
+    last = n_issue - 1
     width = horizon + every - 1
-    fc = np.empty(width)
-    suf_min = np.empty(horizon)
-    suf_sum = np.empty(horizon)
+    ext = last * every + 1 + width  # ticks the forecasts reach, the series' last one held
+    et = np.empty(ext)
+    ep = np.empty(ext)
+    buf = np.empty((4, width))
+    suf_sum = np.empty((n_issue, every))
+    suf_min = np.empty((n_issue, every))
     for r in range(rows):
-        for t0 in range(0, n_obs, every):
-            for j in range(width):
-                s = min(t0 + 1 + j, n - 1)
+        m = min(n, ext)
+        for s in range(m):
+            et[s] = truth[r, s]
+            ep[s] = paths[r, s]
+        for s in range(m, ext):
+            et[s] = truth[r, n - 1]
+            ep[s] = paths[r, n - 1]
+        for k0 in range(0, n_issue, 4):
+            # four issues' forecasts (the last issue repeated when fewer are left)
+            for q in range(4):
+                t0 = min(k0 + q, last) * every
+                b = ep[t0]
+                row = buf[q]
                 if error == 0.0:
-                    fc[j] = truth[r, s]
+                    for j in range(width):
+                        row[j] = et[t0 + 1 + j]
                 else:
-                    f = (paths[r, s] - paths[r, t0]) * error + 1.0
-                    fc[j] = max(f, 0.0) * truth[r, s]
-            acc_min = fc[horizon - 1]
-            acc_sum = fc[horizon - 1]
-            suf_min[horizon - 1] = acc_min
-            suf_sum[horizon - 1] = acc_sum
-            for j in range(horizon - 2, -1, -1):
-                acc_min = min(acc_min, fc[j])
-                acc_sum += fc[j]
-                suf_min[j] = acc_min
-                suf_sum[j] = acc_sum
-            pre_min = np.inf
-            pre_sum = 0.0
-            for i in range(min(every, n_obs - t0)):
-                if i > 0:
-                    pre_min = min(pre_min, fc[horizon + i - 1])
-                    pre_sum += fc[horizon + i - 1]
-                out_min[r, t0 + i] = min(suf_min[i], pre_min)
-                out_mean[r, t0 + i] = (suf_sum[i] + pre_sum) / horizon
+                    for j in range(width):
+                        f = (ep[t0 + 1 + j] - b) * error + 1.0
+                        row[j] = max(f, 0.0) * et[t0 + 1 + j]
+            b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
+            j = horizon - 1
+            sa, sb, sc, sd = b0[j], b1[j], b2[j], b3[j]
+            ma, mb, mc, md = sa, sb, sc, sd
+            ka, kb, kc, kd = k0, min(k0 + 1, last), min(k0 + 2, last), min(k0 + 3, last)
+            for j in range(horizon - 1, -1, -1):
+                if j < horizon - 1:
+                    fa, fb, fc, fd = b0[j], b1[j], b2[j], b3[j]
+                    ma = min(ma, fa)
+                    mb = min(mb, fb)
+                    mc = min(mc, fc)
+                    md = min(md, fd)
+                    sa += fa
+                    sb += fb
+                    sc += fc
+                    sd += fd
+                if j < every:
+                    suf_sum[ka, j] = sa
+                    suf_min[ka, j] = ma
+                    suf_sum[kb, j] = sb
+                    suf_min[kb, j] = mb
+                    suf_sum[kc, j] = sc
+                    suf_min[kc, j] = mc
+                    suf_sum[kd, j] = sd
+                    suf_min[kd, j] = md
+            for q in range(4):
+                k = k0 + q
+                if k > last:
+                    break
+                t0 = k * every
+                row = buf[q]
+                pre_min = np.inf
+                pre_sum = 0.0
+                for i in range(min(every, n_obs - t0)):
+                    if i > 0:
+                        f = row[horizon + i - 1]
+                        pre_min = min(pre_min, f)
+                        pre_sum += f
+                    out_min[r, t0 + i] = min(suf_min[k, i], pre_min)
+                    out_mean[r, t0 + i] = (suf_sum[k, i] + pre_sum) / horizon
+
+
+@numba.njit(cache=True)
+def signal_features(price, carbon, solar, fc_mean, fc_min, price_scale, carbon_scale, peak_kw,
+                    out):  # pragma: no cover
+    """The macro signal columns of every tick (``envs.observation.signal_cols``) into the
+    float32 ``out`` (n_obs, 6 or 8 with solar): ``price / price_scale``, ``carbon /
+    carbon_scale``, the forecast means and minima minus the value now over the same scales,
+    and with solar ``solar / peak_kw`` and its forecast mean over ``peak_kw``; float64
+    arithmetic rounded once to float32, as numpy's ``astype`` rounds."""
+    for t in range(out.shape[0]):
+        p = price[t]
+        c = carbon[t]
+        out[t, 0] = p / price_scale
+        out[t, 1] = c / carbon_scale
+        out[t, 2] = (fc_mean[0, t] - p) / price_scale
+        out[t, 3] = (fc_min[0, t] - p) / price_scale
+        out[t, 4] = (fc_mean[1, t] - c) / carbon_scale
+        out[t, 5] = (fc_min[1, t] - c) / carbon_scale
+        if out.shape[1] > 6:
+            out[t, 6] = solar[t] / peak_kw
+            out[t, 7] = fc_mean[2, t] / peak_kw
 
 
 @numba.njit(cache=True)

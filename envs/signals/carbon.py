@@ -32,9 +32,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
-from envs.signals.timebase import TickClock, ar1, smooth_ar
+from envs.signals.timebase import TickClock, ar1, interp_into, interp_slopes, mod24_into, smooth_ar
 
 SOFT_KNEE_G_PER_KWH = 40.0
 
@@ -90,6 +91,7 @@ GENERATOR_RANGES = {
 _PROFILE = np.asarray(FIT.profile)
 _PROFILE_XP = np.arange(-0.5, 24.5 + 1e-9, 1.0)  # hour centres, wrapped at both ends
 _PROFILE_FP = np.concatenate([_PROFILE[-1:], _PROFILE, _PROFILE[:1]])
+_PROFILE_SLOPES = interp_slopes(_PROFILE_XP, _PROFILE_FP)
 
 
 def daily_profile(hours: np.ndarray, amplitude: float = 1.0) -> np.ndarray:
@@ -115,11 +117,50 @@ def carbon_components(clock: TickClock, rng_slow: np.random.Generator,
     return slow, fast
 
 
+@numba.njit(cache=True)
+def _carbon_kernel(hours, weekend, slow, fast, mean, amplitude, drop, slow_sd, fast_sd, knee,
+                   xp, fp, slopes, x_out, arg_out):  # pragma: no cover (compiled)
+    """``x_out``: the carbon before the soft floor, ``arg_out``: the floor's exponent
+    ``min(x - knee, 0) / knee width``, per tick, in :func:`generate_carbon`'s numpy
+    operations and order (:func:`daily_profile`, the weekday offset, the noise terms)."""
+    two_sevenths = 2.0 / 7.0
+    n = hours.shape[0]
+    profile = np.empty(n)
+    mod24_into(hours, profile)
+    interp_into(profile, xp, fp, slopes, profile)
+    for i in range(n):
+        x = (((mean + amplitude * profile[i]) + drop * (two_sevenths - weekend[i]))
+             + slow_sd * slow[i]) + fast_sd * fast[i]
+        x_out[i] = x
+        d = x - knee
+        arg_out[i] = (d if not d > 0.0 else 0.0) / SOFT_KNEE_G_PER_KWH
+
+
+@numba.njit(cache=True)
+def _soft_floor_finish(x, e, floor, knee, out):  # pragma: no cover (compiled)
+    """:func:`soft_floor` from ``e = exp(arg_out)`` of :func:`_carbon_kernel`."""
+    for i in range(x.shape[0]):
+        out[i] = x[i] if x[i] >= knee else floor + SOFT_KNEE_G_PER_KWH * e[i]
+
+
 def generate_carbon(clock: TickClock, cfg, slow: np.ndarray, fast: np.ndarray) -> np.ndarray:
-    """Carbon intensity per tick from the config's parameters and unit noise paths."""
-    hours = clock.hour_of_day()
-    drop = cfg.carbon_weekend_drop_g_per_kwh
-    offset = drop * (2.0 / 7.0 - clock.weekend_weight())
-    x = (cfg.carbon_mean_g_per_kwh + daily_profile(hours, cfg.carbon_daily_amplitude)
-         + offset + cfg.carbon_slow_sd_g_per_kwh * slow + cfg.carbon_fast_sd_g_per_kwh * fast)
-    return soft_floor(x, cfg.carbon_floor_g_per_kwh)
+    """Carbon intensity per tick from the config's parameters and unit noise paths.
+
+    ``mean + daily_profile(hours, a) + drop * (2/7 - weekend weight) + slow_sd * slow +
+    fast_sd * fast``, then :func:`soft_floor`: one compiled pass for the sums, numpy's
+    ``exp``, one for the floor (the same values as those numpy expressions)."""
+    n = clock.n_ticks
+    floor = float(cfg.carbon_floor_g_per_kwh)
+    knee = floor + SOFT_KNEE_G_PER_KWH
+    x = np.empty(n)
+    arg = np.empty(n)
+    _carbon_kernel(clock.hour_of_day(), clock.weekend_weight(),
+                   np.ascontiguousarray(slow, dtype=np.float64),
+                   np.ascontiguousarray(fast, dtype=np.float64),
+                   float(cfg.carbon_mean_g_per_kwh), float(cfg.carbon_daily_amplitude),
+                   float(cfg.carbon_weekend_drop_g_per_kwh), float(cfg.carbon_slow_sd_g_per_kwh),
+                   float(cfg.carbon_fast_sd_g_per_kwh), knee, _PROFILE_XP, _PROFILE_FP,
+                   _PROFILE_SLOPES, x, arg)
+    out = np.empty(n)
+    _soft_floor_finish(x, np.exp(arg), floor, knee, out)
+    return out

@@ -13,20 +13,52 @@ like re-issued day-ahead forecasts. ``error = 0`` returns the truth exactly; car
 solar forecasts are never negative (the factor is floored at 0, so no sign flips either).
 
 Cost: the paths are drawn once per (series, seed) and cached; a call is three slices and a
-multiply-add, a few microseconds for a 288-tick horizon.
+multiply-add, a few microseconds for a 288-tick horizon. :func:`error_paths` draws only the
+first rows when the later ones are not needed (the rows are drawn one after the other, so
+the first rows are the same either way).
 """
 
 from __future__ import annotations
 
 import weakref
 
+import numba
 import numpy as np
 
+from envs.signals.seeding import seeded_rng
 from envs.signals.series import SignalSeries
 
 _FORECAST_STREAM = 0xF0CA57
 _MAX_SEEDS_PER_SERIES = 16
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@numba.njit(cache=True)
+def _brownian(normals, step, out):  # pragma: no cover (compiled)
+    """``out[r, 0] = 0``, ``out[r, 1:] = cumsum(normals[r] * step)`` per row, in numpy's
+    operations (the multiply, then ``add.accumulate``'s running sum)."""
+    for r in range(out.shape[0]):
+        out[r, 0] = 0.0
+        if out.shape[1] > 1:
+            acc = normals[r, 0] * step
+            out[r, 1] = acc
+            for i in range(1, normals.shape[1]):
+                acc = acc + normals[r, i] * step
+                out[r, i + 1] = acc
+
+
+def error_paths(seed: int, n_ticks: int, tick_seconds: float, n_rows: int = 3) -> np.ndarray:
+    """The first ``n_rows`` (1..3: price, carbon, solar) Brownian error paths of ``seed``
+    for ``n_ticks`` ticks, ``(n_rows, n_ticks)``: the rows of :class:`Forecaster`'s
+    ``paths``, bit for bit."""
+    if not 1 <= n_rows <= 3:
+        raise ValueError(f"n_rows: must be 1..3, got {n_rows}")
+    rng = seeded_rng((int(seed) & 0xFFFFFFFFFFFFFFFF, _FORECAST_STREAM), slot=_FORECAST_STREAM)
+    step = float(np.sqrt(tick_seconds / 86400.0))
+    w = np.empty((n_rows, n_ticks), dtype=np.float64)
+    normals = rng.standard_normal((n_rows, max(n_ticks - 1, 0)))
+    _brownian(normals, step, w)
+    return w
 
 
 class Forecaster:
@@ -35,15 +67,7 @@ class Forecaster:
     def __init__(self, series: SignalSeries, seed: int) -> None:
         n = series.n_ticks
         self.n_ticks = n  # no reference to the series: the cache is keyed weakly on it
-        rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, _FORECAST_STREAM])
-        step = np.sqrt(series.tick_seconds / 86400.0)
-        w = np.empty((3, n), dtype=np.float64)
-        w[:, 0] = 0.0
-        if n > 1:
-            steps = rng.standard_normal((3, n - 1))
-            steps *= step
-            np.cumsum(steps, axis=1, out=w[:, 1:])
-        self.paths = w
+        self.paths = error_paths(seed, n, series.tick_seconds)
         # the truth rows (the series' read-only arrays, not the series), stacked on first use
         self._rows = (series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw)
         self._stacked: np.ndarray | None = None

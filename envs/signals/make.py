@@ -12,7 +12,8 @@ import numpy as np
 
 from envs.signals.carbon import carbon_components, generate_carbon
 from envs.signals.config import SignalConfig
-from envs.signals.price import carbon_driver, generate_price
+from envs.signals.price import carbon_driver, price_from_streams
+from envs.signals.seeding import seeded_rng
 from envs.signals.series import SignalSeries
 from envs.signals.timebase import TickClock
 
@@ -21,12 +22,27 @@ _START, _CARBON_SLOW, _CARBON_FAST, _PRICE, _SOLAR = 1, 2, 3, 4, 5
 SYNTHETIC_YEAR = 2020
 
 
+_PRICE_CHILD_SLOT = 16  # this thread's generators of the price's three streams: 16, 17, 18
+
+
 def _seq(seed: int, stream: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, stream])
 
 
 def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng(_seq(seed, stream))
+    """``default_rng(_seq(seed, stream))``: this thread's generator for ``stream``, seeded
+    the same way at a fraction of the cost (:mod:`envs.signals.seeding`); used up inside
+    :func:`make_signals`."""
+    return seeded_rng((int(seed) & 0xFFFFFFFFFFFFFFFF, stream), slot=stream)
+
+
+def _price(clock: TickClock, cfg: SignalConfig, driver: np.ndarray, seed: int) -> np.ndarray:
+    """``generate_price(clock, cfg, driver, _seq(seed, _PRICE))``: its three streams are
+    the children of that seed sequence (spawn keys 0, 1, 2)."""
+    entropy = (int(seed) & 0xFFFFFFFFFFFFFFFF, _PRICE)
+    noise, spike, neg = (seeded_rng(entropy, (i,), slot=_PRICE_CHILD_SLOT + i)
+                         for i in range(3))
+    return price_from_streams(clock, cfg, driver, noise, spike, neg)
 
 
 _FIRST_DAY = np.datetime64(f"{SYNTHETIC_YEAR}-01-01", "D")
@@ -74,7 +90,7 @@ def make_signals(cfg: SignalConfig, n_ticks: int, tick_seconds: float,
                                        _rng(seed, _CARBON_FAST), cfg.carbon_slow_hours,
                                        cfg.carbon_fast_hours)
         carbon = generate_carbon(clock, cfg, slow, fast)
-        price = generate_price(clock, cfg, slow, _seq(seed, _PRICE))  # its children draw
+        price = _price(clock, cfg, slow, seed)
         meta = {}
     else:
         from envs.signals.real import real_signals
@@ -84,7 +100,7 @@ def make_signals(cfg: SignalConfig, n_ticks: int, tick_seconds: float,
         if price is None:
             driver = carbon_driver(carbon, tick_seconds, cfg.carbon_mean_g_per_kwh,
                                    cfg.carbon_slow_sd_g_per_kwh)
-            price = generate_price(clock, cfg, driver, _seq(seed, _PRICE))
+            price = _price(clock, cfg, driver, seed)
         if file_solar is not None:
             return SignalSeries(price, carbon, file_solar, tick_seconds, clock.start,
                                 source=cfg.source, meta=meta)

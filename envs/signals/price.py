@@ -36,9 +36,10 @@ ranges the tests check the generator against.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from envs.signals.timebase import TickClock, ar1
+from envs.signals.timebase import TickClock, ar1, interp_into, interp_slopes, mod24_into
 
 # Relative hourly shapes (value at hour h + 0.5), normalised to mean 1 below.
 _WEEKDAY = np.array([
@@ -63,6 +64,8 @@ TARGETS = {
 _XP = np.arange(-0.5, 24.5 + 1e-9, 1.0)
 _FP_WEEKDAY = np.concatenate([WEEKDAY_SHAPE[-1:], WEEKDAY_SHAPE, WEEKDAY_SHAPE[:1]])
 _FP_WEEKEND = np.concatenate([WEEKEND_SHAPE[-1:], WEEKEND_SHAPE, WEEKEND_SHAPE[:1]])
+_SLOPES_WEEKDAY = interp_slopes(_XP, _FP_WEEKDAY)
+_SLOPES_WEEKEND = interp_slopes(_XP, _FP_WEEKEND)
 
 
 def _shape(hours: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -105,6 +108,29 @@ def _day_events(clock: TickClock, rng: np.random.Generator, per_day: float,
     return events
 
 
+@numba.njit(cache=True)
+def _price_kernel(hours, weekend, driver, y, weekday_level, weekend_factor, amplitude, rho,
+                  c, sd, half_sd2, mean, xp, fp_weekday, fp_weekend, slopes_weekday,
+                  slopes_weekend, base_out, arg_out):  # pragma: no cover (compiled)
+    """``base_out``: ``mean * level * tou_shape``, ``arg_out``: ``sd * x - sd^2 / 2``, per
+    tick, in :func:`generate_price`'s numpy operations and order."""
+    n = hours.shape[0]
+    h = np.empty(n)
+    mod24_into(hours, h)
+    s_weekday = np.empty(n)
+    s_weekend = np.empty(n)
+    interp_into(h, xp, fp_weekday, slopes_weekday, s_weekday)
+    interp_into(h, xp, fp_weekend, slopes_weekend, s_weekend)
+    for i in range(n):
+        w = weekend[i]
+        level = weekday_level * (1.0 + (weekend_factor - 1.0) * w)
+        s = (1.0 - w) * s_weekday[i] + w * s_weekend[i]
+        tou = 1.0 + amplitude * (s - 1.0)
+        x = rho * driver[i] + c * y[i]
+        base_out[i] = (mean * level) * tou
+        arg_out[i] = sd * x - half_sd2
+
+
 def generate_price(clock: TickClock, cfg, driver: np.ndarray,
                    rng: np.random.Generator | np.random.SeedSequence) -> np.ndarray:
     """Price per tick from the config, a standardised weather driver ``z`` (one per tick)
@@ -112,19 +138,33 @@ def generate_price(clock: TickClock, cfg, driver: np.ndarray,
     only on the days covered and the tick count."""
     seq = rng if isinstance(rng, np.random.SeedSequence) else rng.bit_generator.seed_seq
     rng_noise, rng_spike, rng_neg = (np.random.default_rng(s) for s in seq.spawn(3))
+    return price_from_streams(clock, cfg, driver, rng_noise, rng_spike, rng_neg)
+
+
+def price_from_streams(clock: TickClock, cfg, driver: np.ndarray,
+                       rng_noise: np.random.Generator, rng_spike: np.random.Generator,
+                       rng_neg: np.random.Generator) -> np.ndarray:
+    """:func:`generate_price` with its three streams given (the noise, the spikes, the
+    negative episodes: the children 0, 1, 2 of its seed sequence)."""
     hours = clock.hour_of_day()
     weekend = clock.weekend_weight()
     f = cfg.price_weekend_factor
     weekday_level = 7.0 / (5.0 + 2.0 * f)
-    level = weekday_level * (1.0 + (f - 1.0) * weekend)
     dt_h = clock.tick_seconds / 3600.0
     y = ar1(rng_noise, clock.n_ticks, float(np.exp(-dt_h / cfg.price_noise_hours)))
     rho = cfg.price_carbon_correlation
-    x = rho * driver + np.sqrt(1.0 - rho * rho) * y
     sd = cfg.price_noise_sd
     mean = cfg.price_mean_usd_per_mwh
-    p = mean * level * tou_shape(hours, weekend, cfg.price_daily_amplitude) * np.exp(
-        sd * x - 0.5 * sd * sd)
+    # p = mean * level * tou_shape(hours, weekend, amplitude) * exp(sd * x - sd^2 / 2),
+    # x = rho * driver + sqrt(1 - rho^2) * y: one compiled pass, then numpy's exp
+    p = np.empty(clock.n_ticks)
+    arg = np.empty(clock.n_ticks)
+    _price_kernel(hours, weekend, np.ascontiguousarray(driver, dtype=np.float64), y,
+                  float(weekday_level), float(f), float(cfg.price_daily_amplitude),
+                  float(rho), float(np.sqrt(1.0 - rho * rho)), float(sd), 0.5 * sd * sd,
+                  float(mean), _XP, _FP_WEEKDAY, _FP_WEEKEND, _SLOPES_WEEKDAY,
+                  _SLOPES_WEEKEND, p, arg)
+    p *= np.exp(arg)
     mid = clock.seconds_since_start()
 
     def inside(begin: float, end: float) -> slice:

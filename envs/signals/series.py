@@ -32,7 +32,7 @@ class SignalSeries:
             arr = np.ascontiguousarray(getattr(self, name), dtype=np.float64)
             if arr.shape != (n,):
                 raise ValueError(f"{name}: shape {arr.shape}, expected ({n},)")
-            if not np.all(np.isfinite(arr)):
+            if not np.isfinite(arr).all():
                 raise ValueError(f"{name}: non-finite values")
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)

@@ -110,6 +110,23 @@ def _np_mod(a, b):  # pragma: no cover (compiled)
     return mod
 
 
+_TWO_53 = 9007199254740992.0
+
+
+@numba.njit(cache=True, inline="always")
+def _mod_pos(a, b):  # pragma: no cover (compiled)
+    """``numpy.mod(a, b)`` for ``b > 0`` and ``0 < a < 2**53`` (the caller checks), without
+    ``fmod`` (slow for a large ``a / b``): ``k = floor(a / b)`` is the quotient or one too
+    many (the rounded quotient never falls below an integer the exact one reaches),
+    ``k * b`` is an integer below 2**53 and ``a - k * b`` is then exact (Sterbenz), so the
+    result is the exact remainder, as ``fmod`` gives (and never a negative zero)."""
+    k = math.floor(a / b)
+    r = a - k * b
+    if r < 0.0:
+        r = a - (k - 1.0) * b
+    return r
+
+
 @numba.njit(cache=True, inline="always")
 def _clip01(x):  # pragma: no cover (compiled)
     """``numpy.clip(x, 0.0, 1.0)`` of a float that is not NaN."""
@@ -117,18 +134,100 @@ def _clip01(x):  # pragma: no cover (compiled)
     return x if x < 1.0 else 1.0
 
 
+@numba.njit(cache=True, inline="always")
+def _weekend(how, half, ramp_hours):  # pragma: no cover (compiled)
+    w = _clip01(((how - 120.0) + half) / ramp_hours) - _clip01(((how - 168.0) + half)
+                                                               / ramp_hours)
+    return (w + 1.0) - _clip01((how + half) / ramp_hours)
+
+
 @numba.njit(cache=True)
 def _calendar_kernel(epoch, ramp_hours, out):  # pragma: no cover (compiled)
     """``out[0]``: hour of day, ``out[1]``: weekend weight of each midpoint in ``epoch``
-    (seconds), with :class:`TickClock`'s numpy operations, element by element."""
+    (seconds), with :class:`TickClock`'s numpy operations, element by element (the
+    remainders by :func:`_mod_pos` when every time is in its range, else ``numpy.mod``'s)."""
     half = ramp_hours / 2.0
-    for i in range(epoch.shape[0]):
+    n = epoch.shape[0]
+    fast = True
+    for i in range(n):
         x = epoch[i]
-        out[0, i] = _np_mod(x, 86400.0) / 3600.0
-        how = _np_mod(x + 259200.0, 604800.0) / 3600.0
-        w = _clip01(((how - 120.0) + half) / ramp_hours) - _clip01(((how - 168.0) + half)
-                                                                   / ramp_hours)
-        out[1, i] = (w + 1.0) - _clip01((how + half) / ramp_hours)
+        if not (x > 0.0 and x + 259200.0 < _TWO_53):
+            fast = False
+    if fast:
+        for i in range(n):
+            x = epoch[i]
+            out[0, i] = _mod_pos(x, 86400.0) / 3600.0
+            out[1, i] = _weekend(_mod_pos(x + 259200.0, 604800.0) / 3600.0, half, ramp_hours)
+    else:
+        for i in range(n):
+            x = epoch[i]
+            out[0, i] = _np_mod(x, 86400.0) / 3600.0
+            out[1, i] = _weekend(_np_mod(x + 259200.0, 604800.0) / 3600.0, half, ramp_hours)
+
+
+@numba.njit(cache=True)
+def interp_into(x, xp, fp, slopes, out):  # pragma: no cover (compiled)
+    """``out[:] = numpy.interp(x, xp, fp)``, in numpy's operations (``compiled_base.c``: the
+    bracket ``xp[j] <= x < xp[j+1]``, ``slopes[j] * (x - xp[j]) + fp[j]`` with ``slopes[j] =
+    (fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``, ``fp[j]`` where ``x == xp[j]``, the end values
+    outside), so the values are the same bit for bit. ``xp`` increasing, at least two
+    points; ``slopes`` from :func:`interp_slopes`. The bracket is guessed as for evenly
+    spaced points, then corrected by comparisons (exact for any ``xp``)."""
+    n = xp.shape[0]
+    lo = xp[0]
+    hi = xp[n - 1]
+    scale = (n - 1) / (hi - lo)
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v != v:
+            out[i] = v
+            continue
+        if v < lo:
+            out[i] = fp[0]
+            continue
+        if v >= hi:
+            out[i] = fp[n - 1]
+            continue
+        g = (v - lo) * scale
+        j = int(g) if g < n - 2 else n - 2
+        while j > 0 and xp[j] > v:
+            j -= 1
+        while j < n - 2 and xp[j + 1] <= v:
+            j += 1
+        if xp[j] == v:
+            out[i] = fp[j]
+            continue
+        r = slopes[j] * (v - xp[j]) + fp[j]
+        if r != r:  # numpy's retry from the other end
+            r = slopes[j] * (v - xp[j + 1]) + fp[j + 1]
+            if r != r and fp[j] == fp[j + 1]:
+                r = fp[j]
+        out[i] = r
+
+
+@numba.njit(cache=True)
+def mod24_into(h, out):  # pragma: no cover (compiled)
+    """``out[:] = numpy.mod(h, 24.0)``: ``h`` itself where every value is in (0, 24)
+    (``fmod`` returns it unchanged there), else :func:`_np_mod` per value. (The check is
+    its own pass: with ``fmod`` in the loop's other branch the compiler evaluates it for
+    every value.)"""
+    inside = True
+    for i in range(h.shape[0]):
+        if not (h[i] > 0.0 and h[i] < 24.0):
+            inside = False
+    if inside:
+        for i in range(h.shape[0]):
+            out[i] = h[i]
+    else:
+        for i in range(h.shape[0]):
+            out[i] = _np_mod(h[i], 24.0)
+
+
+def interp_slopes(xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """The segment slopes :func:`interp_into` reads, as numpy's interp computes them."""
+    xp = np.asarray(xp, dtype=np.float64)
+    fp = np.asarray(fp, dtype=np.float64)
+    return (fp[1:] - fp[:-1]) / (xp[1:] - xp[:-1])
 
 
 @functools.lru_cache(maxsize=16)
