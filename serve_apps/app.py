@@ -4,6 +4,9 @@ Endpoints (JSON):
 * ``POST /v1/decide``: a cluster state -> the action (structured and raw), the policy
   version, whether the model or the fallback answered, and the server-side latency.
   Requests from many callers are batched into one model forward (``@serve.batch``).
+  A policy whose env has signals (``EnvConfig.signals``) requires the state's ``signals``
+  (price, carbon, solar now and their forecasts; ``serve_apps.schemas.Signals``), one
+  without refuses them (422 naming ``signals``).
 * ``GET /v1/policy``: versions, weights, breaker states and counters.
 * ``POST /v1/rollout`` (bearer token): start a canary (by hand, or with an ``auto`` plan that
   the rollout controller follows: promote after N canary decisions, roll back at once when

@@ -7,7 +7,9 @@ minimal valid request to start from), and :func:`fleet_openapi` writes the same 
 into the OpenAPI schema: ``servers`` becomes a tuple (``prefixItems``) whose item ``i``
 fixes server ``i``'s tier and capacity and spells out the consistent server states
 (busy, idle or asleep, waking), so a client or a schema-driven fuzzer can build a valid
-``/v1/decide`` request from the schema alone.
+``/v1/decide`` request from the schema alone. For a policy with signals both state the
+``signals`` it requires (the forecast length is its horizon in ticks; solar fields only
+when it observes solar); for one without, ``signals`` is not in the schema (refused).
 """
 
 from __future__ import annotations
@@ -42,8 +44,61 @@ def fleet_layout(policy: ServedPolicy, max_batch_size: int) -> dict[str, Any]:
         "largest_mem_gib": float(fleet.largest_mem_gib),
         "queue_capacity": sim.queue_capacity, "queue_window": sim.queue_window,
         "priority_levels": sim.priority_levels, "max_batch_size": max_batch_size,
-        "example": {"servers": [{"tier": s["tier"]} for s in servers], "jobs": []},
+        "signals": None if policy.signals is None else policy.signals.describe(),
+        "example": example_request(policy),
     }
+
+
+def example_request(policy: ServedPolicy) -> dict[str, Any]:
+    """A minimal valid request: every server idle, no jobs, and for a policy with signals
+    flat signals at the configured means (price, carbon; no solar output)."""
+    fleet = policy.fleet
+    body: dict[str, Any] = {"servers": [{"tier": fleet.tier_names[int(t)]}
+                                        for t in fleet.tier.tolist()], "jobs": []}
+    layout, cfg = policy.signals, policy.env_config.signals
+    if layout is not None:
+        h = layout.horizon_ticks
+        price, carbon = float(cfg.price_mean_usd_per_mwh), float(cfg.carbon_mean_g_per_kwh)
+        body["signals"] = {"price_now": price, "carbon_now": carbon,
+                           "price_fc": [price] * h, "carbon_fc": [carbon] * h}
+        if layout.solar:
+            body["signals"].update(solar_now_kw=0.0, solar_fc_kw=[0.0] * h)
+    return body
+
+
+def _signals_openapi(comps: dict[str, Any], props: dict[str, Any], required: list[str],
+                     policy: ServedPolicy) -> None:
+    """The request's ``signals`` as ``policy`` needs it (see the module docstring)."""
+    layout = policy.signals
+    if layout is None:
+        props.pop("signals", None)
+        return
+    signals = props.get("signals")
+    if signals is None or "Signals" not in comps:
+        return
+    signals.pop("anyOf", None)
+    signals.pop("default", None)
+    signals["$ref"] = "#/components/schemas/Signals"
+    if "signals" not in required:
+        required.append("signals")
+    sig = comps["Signals"]
+    sig_props, sig_required = sig["properties"], sig.setdefault("required", [])
+    for name in ("solar_now_kw", "solar_fc_kw"):
+        prop = sig_props.get(name)
+        if prop is None:
+            continue
+        if not layout.solar:
+            sig_props.pop(name)
+            continue
+        options = [o for o in prop.pop("anyOf", []) if o.get("type") != "null"]
+        prop.pop("default", None)
+        if options:
+            prop.update(options[0])
+        if name not in sig_required:
+            sig_required.append(name)
+    for name in ("price_fc", "carbon_fc", "solar_fc_kw"):
+        if name in sig_props:
+            sig_props[name].update(minItems=layout.horizon_ticks, maxItems=layout.horizon_ticks)
 
 
 def _zero() -> dict[str, Any]:
@@ -91,6 +146,7 @@ def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: 
             servers.update(minItems=n, maxItems=n, prefixItems=per_index, items=False)
             props["jobs"]["maxItems"] = sim.queue_capacity
             props["priority_level"]["maximum"] = sim.priority_levels - 1
+            _signals_openapi(comps, props, comps[name].setdefault("required", []), policy)
     if "ServerState" in comps:
         tiers = list(dict.fromkeys(fleet.tier_names[t] for t in fleet.tier))
         comps["ServerState"]["properties"]["tier"]["enum"] = tiers

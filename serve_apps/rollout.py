@@ -158,8 +158,9 @@ class Rollout:
         shield = self._shield_for(spec, version or f"v{self.state['next']}")
         stable = stable or self.stable
         if shield.policy.fleet_signature() != stable.policy.fleet_signature():
-            raise PolicySpecError(f"policy {spec!r} was trained for another fleet or queue "
-                                  "than the stable version; requests could not fit both")
+            raise PolicySpecError(f"policy {spec!r} was trained for another fleet, queue or "
+                                  "signals than the stable version; requests could not fit "
+                                  "both")
         return require_smoke_test(shield, self.shield.smoke_timeout_s)
 
     # ------------------------------------------------------------ routing

@@ -43,7 +43,13 @@ from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSc
 from envs.env_config import EnvConfig
 from envs.observation import J, S
 from serve_apps.schemas import ClusterState, Decision, Placement, PowerCommand
-from serve_apps.state import StateError, to_snapshot
+from serve_apps.state import (
+    StateError,
+    observe_with_signals,
+    signal_layout,
+    signal_row,
+    to_snapshot,
+)
 
 
 class NonFiniteOutput(RuntimeError):
@@ -214,6 +220,7 @@ class ServedPolicy:
         env_cls = ClusterSchedulingEnv if interface == "flat" else ClusterBranchingEnv
         self.env = env_cls(env_config)
         self.fleet = self.env.sim.fleet
+        self.signals = signal_layout(self.env)  # None: the policy observes no signals
         self.fallback = _heuristic_model("power_aware", interface)
         self.probe_obs, _ = self.env.reset(seed=0)
 
@@ -244,19 +251,27 @@ class ServedPolicy:
         return None
 
     def fleet_signature(self) -> tuple[Any, ...]:
-        """What a request must match: tier layout, queue capacity, priority levels."""
+        """What a request must match: tier layout, queue capacity, priority levels and the
+        signals (none, or their columns and forecast length)."""
         sim = self.env_config.sim
+        signals = None if self.signals is None else (self.signals.columns,
+                                                     self.signals.horizon_ticks)
         return (tuple(self.fleet.tier.tolist()), self.fleet.tier_names,
-                sim.queue_capacity, sim.priority_levels)
+                sim.queue_capacity, sim.priority_levels, signals)
 
     def observe(self, state: ClusterState) -> dict[str, np.ndarray]:
         """The env's observation of ``state`` (raises StateError naming a bad field).
 
         A state that passed validation but still gives a non-finite observation is the
-        caller's (422), so it never reaches the model or counts on its breaker."""
+        caller's (422), so it never reaches the model or counts on its breaker. A policy
+        with signals observes the request's ``signals`` (``serve_apps.state.signal_row``)."""
         snapshot = to_snapshot(state, self.fleet, self.env_config.sim)
+        row = signal_row(state.signals, self.signals, snapshot.tick)
         try:
-            obs = self.env.observe_snapshot(snapshot)
+            if row is None:
+                obs = self.env.observe_snapshot(snapshot)
+            else:
+                obs = observe_with_signals(self.env, snapshot, row)
         except ValueError as e:
             raise StateError("body", str(e)) from None
         for key, value in obs.items():

@@ -10,6 +10,13 @@ or ``5.0``: JSON Schema's ``integer`` (what the OpenAPI schema says, and what
 schema-driven clients send) is any number without a fractional part. Checks that need the policy's
 fleet (server count, tiers, capacities) happen in ``serve_apps.state``; the service
 writes them into its own OpenAPI schema too.
+
+``signals`` (:class:`Signals`) carries the exogenous signals of a policy trained with
+``EnvConfig.signals``: the price, carbon (and, when the policy's signals carry solar, on-site
+solar) now and their forecasts for the next ticks, in the units of ``envs.signals``. A
+policy with signals requires it, one without refuses it, and the forecast length must be
+the policy's horizon in ticks; those checks need the policy and happen in
+``serve_apps.state`` (``GET /v1/fleet`` and the OpenAPI schema state them).
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ MAX_GIB = 1e9  # memory GiB of one server or job
 MAX_SERVERS = 4096  # the largest fleet an env config allows
 MAX_ACTION = 2**31 - 1  # raw action components (indices)
 _TICKS = f"(0 to {MAX_TICKS:,})"
+MAX_PRICE = 20_000.0  # $/MWh; the highest wholesale caps are ~5,000-15,000 $/MWh
+MAX_CARBON = 5_000.0  # gCO2/kWh; coal plants emit ~1,000
+MAX_KW = 1e7  # kW of on-site solar
+MAX_FORECAST_TICKS = 604_800  # 168 h (SignalConfig's longest horizon) of 1-second ticks
 
 
 def _integral(value: object) -> object:
@@ -80,6 +91,37 @@ class PendingJob(_Strict):
     age: Int = Field(default=0, ge=0, le=MAX_TICKS, description="ticks since the job arrived")
 
 
+Price = Annotated[float, Field(ge=-MAX_PRICE, le=MAX_PRICE)]
+Carbon = Annotated[float, Field(ge=0.0, le=MAX_CARBON)]
+Kw = Annotated[float, Field(ge=0.0, le=MAX_KW)]
+
+
+def _forecast(item: object, what: str) -> object:
+    return Annotated[list[item],  # type: ignore[valid-type]
+                     Field(min_length=1, max_length=MAX_FORECAST_TICKS,
+                           description=f"{what} at ticks t+1..t+H, H the policy's forecast "
+                                       "horizon in ticks (GET /v1/fleet: signals.horizon_ticks)")]
+
+
+class Signals(_Strict):
+    """Exogenous signals at this tick and their forecasts, in ``envs.signals`` units.
+
+    The forecasts are per tick of the policy's env (``sim.tick_seconds``) for the next H
+    ticks, H = ``SignalConfig.horizon_ticks``. Solar (both fields) is given exactly when
+    the policy's signals carry solar (``solar_kwp > 0`` or a ``csv`` source). Those checks
+    need the policy (``serve_apps.state.signal_row``)."""
+
+    price_now: float = Field(ge=-MAX_PRICE, le=MAX_PRICE, description="electricity price "
+                             "now, $/MWh (negative prices exist on real markets)")
+    carbon_now: float = Field(ge=0.0, le=MAX_CARBON, description="grid carbon intensity "
+                              "now, gCO2/kWh")
+    solar_now_kw: float | None = Field(default=None, ge=0.0, le=MAX_KW, description="on-site "
+                                       "solar output now, kW (only with solar)")
+    price_fc: _forecast(Price, "price forecast, $/MWh,")  # type: ignore[valid-type]
+    carbon_fc: _forecast(Carbon, "carbon forecast, gCO2/kWh,")  # type: ignore[valid-type]
+    solar_fc_kw: _forecast(Kw, "solar forecast, kW,") | None = None  # type: ignore[valid-type]
+
+
 class ClusterState(_Strict):
     """The cluster as the policy sees it at one tick."""
 
@@ -97,6 +139,9 @@ class ClusterState(_Strict):
                                   description="recent SLA violations per tick")
     priority_level: Int = Field(default=0, ge=0, le=15, description="current queue-order level "
                                 "(below the policy's number of levels)")
+    signals: Signals | None = Field(default=None, description="price, carbon (and solar) now "
+                                    "and forecast: required by a policy trained with "
+                                    "signals, refused by one without")
 
 
 class DecideRequest(ClusterState):
