@@ -24,8 +24,9 @@ of one reset with and without signals (the signals' series and forecast summary 
 there; on a repeated seed they come from a per-process cache) and that cost spread over an
 episode's ticks (what a batched env's autoreset adds per env step, which the batched rows
 do not include: their blocks end before an episode does), then the batched rows with that
-reset cost added. Every block uses new episode seeds, so the single-env rows pay the
-uncached build at each reset.
+reset cost added, and the batched env measured over whole episodes, its autoresets (new
+seeds, so every one builds its signals) timed with the steps. Every block uses new episode
+seeds, so the single-env rows pay the uncached build at each reset.
 
 Run:  .venv/bin/python -m experiments.benchmarks.bench_env [--steps 20000] [--repeats 3]
       [--signals-only] [--cpu-clock]
@@ -141,6 +142,24 @@ def time_vector(vec, policy, env_steps: int, seed: int = 0, repeats: int = 1) ->
     return best
 
 
+def time_vector_episodes(vec, policy, env_steps: int, seed: int = 0) -> float:
+    """Seconds per env step of the batched env over whole episodes of its sub-envs (at
+    least one, about ``env_steps`` env steps), the autoresets that start the next episodes
+    timed with the steps (on new seeds: without a seed pool each sub-env draws its next
+    seed). The step after the last tick only resets, so per ``episode_length`` env steps
+    there are ``episode_length + 1`` batched steps."""
+    length = vec.config.sim.episode_length
+    episodes = max(1, env_steps // (length * vec.num_envs))
+    obs, _ = vec.reset(seed=seed)
+    elapsed = 0.0
+    for _ in range(episodes * (length + 1)):
+        action = policy(obs)
+        t0 = _clock()
+        obs, _, _, _, _ = vec.step(action)
+        elapsed += _clock() - t0
+    return elapsed / (episodes * length * vec.num_envs)
+
+
 def _load() -> str:
     return "load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -187,7 +206,8 @@ def vector_rows(batches: list[int], n: int, steps: int, repeats: int, cart: floa
 
 def signal_rows(n: int, batch: int, steps: int, repeats: int) -> list[tuple]:
     """(interface, via, B, seconds without signals, seconds with) per env step; alternating
-    blocks, best of ``repeats`` each."""
+    blocks, best of ``repeats`` each. Per interface: the single env, the batched env's
+    steps, the batched env over whole episodes with its autoresets (via ``episodes``)."""
     rows = []
     for name, single_cls, vec_cls, branching in (
         ("flat", ClusterSchedulingEnv, ClusterSchedulingVectorEnv, False),
@@ -198,7 +218,7 @@ def signal_rows(n: int, batch: int, steps: int, repeats: int) -> list[tuple]:
         pols = [(_branching_policy if branching else _flat_policy)(e) for e in singles]
         vecs = [vec_cls(batch, c) for c in cfgs]
         vpols = [_batched_policy(e, batch, branching) for e in singles]
-        best_single, best_vec = [float("inf")] * 2, [float("inf")] * 2
+        best_single, best_vec, best_ep = ([float("inf")] * 2 for _ in range(3))
         for r in range(repeats):
             seed = (r + 1) * 1_000_000  # new episode seeds every block: no cached signals
             for k in (0, 1):
@@ -206,8 +226,11 @@ def signal_rows(n: int, batch: int, steps: int, repeats: int) -> list[tuple]:
                                      time_env(singles[k], pols[k], steps, seed=seed))
                 best_vec[k] = min(best_vec[k],
                                   time_vector(vecs[k], vpols[k], steps, seed=seed))
+                best_ep[k] = min(best_ep[k],
+                                 time_vector_episodes(vecs[k], vpols[k], steps, seed=seed))
         rows.append((name, "single env", 1, *best_single))
         rows.append((name, "batched", batch, *best_vec))
+        rows.append((name, "episodes", batch, *best_ep))
     return rows
 
 
@@ -237,6 +260,8 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
     print(f"{'interface':<10} {'via':<11} {'B':>4} {'us no signals':>14} "
           f"{'us signals':>11} {'signals/none':>13}")
     for name, via, b, none, sig in rows:
+        if via == "episodes":
+            continue
         print(f"{name:<10} {via:<11} {b:>4} {none * 1e6:>14.2f} {sig * 1e6:>11.2f} "
               f"{sig / none:>12.2f}x")
     length = ClusterSchedulingEnv({"n_servers": n}).config.sim.episode_length
@@ -254,6 +279,11 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
         print(f"{name} batched B={b} with its autoreset spread over the episode: "
               f"{base * 1e6:.2f} us no signals, {fresh * 1e6:.2f} us signals on new seeds "
               f"({fresh / base:.2f}x), {pool * 1e6:.2f} us on a seed pool ({pool / base:.2f}x)")
+    for name, via, b, none, sig in rows:
+        if via == "episodes":
+            print(f"{name} batched B={b} over whole episodes, autoresets on new seeds timed "
+                  f"in the steps: {none * 1e6:.2f} us no signals, {sig * 1e6:.2f} us signals "
+                  f"({sig / none:.2f}x)")
 
 
 def main() -> None:
