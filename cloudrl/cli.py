@@ -329,6 +329,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     quiet_environment()  # before Ray starts, so its workers inherit it
+    if args.skip_scenario and args.skip_training:
+        print("cloudrl: demo: --skip-scenario and --skip-training leave nothing to run",
+              file=sys.stderr)
+        return 2
+    scenario = None
+    if not args.skip_scenario:
+        scenario = _demo_scenario(args)
+        if scenario is None:
+            return 2
+    if args.skip_training:
+        if scenario is not None and (args.report_md or args.report_img):
+            _write_demo_report(args, None, time.monotonic() - started, load, scenario)
+        return 0
     envs = TrainConfig.model_fields["envs_per_runner"].default
     ticks = SimConfig.model_fields["episode_length"].default
     steps = -(-ticks // DEMO_DECISION_EVERY)  # decisions per episode
@@ -350,6 +363,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                             eval_seeds=None, eval_workers=None, experiment=None,
                             tracking_uri=None, storage_path=None, max_concurrent_trials=None,
                             name=None, _overrides=overrides)
+    if not args.skip_scenario:
+        print(f"[2/2] train gated_dqn over power_aware on {args.workload}, N={args.n_servers}, "
+              f"and compare it with the heuristics", flush=True)
     code = _cmd_sweep(ns)
     compare = argparse.Namespace(experiment=args.experiment, tracking_uri=args.tracking_uri,
                                  out=None, sweep_id=None, no_log=False)
@@ -357,26 +373,85 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(f"\n{HEADLINE_NOTE}")
     result = getattr(compare, "result", None)
     if not code and result is not None and (args.report_md or args.report_img):
-        _write_demo_report(args, result, time.monotonic() - started, load)
+        _write_demo_report(args, result, time.monotonic() - started, load, scenario)
     return code
 
 
-def _write_demo_report(args: argparse.Namespace, result: dict[str, Any], wall_s: float,
-                       load: tuple[float, ...] | None) -> None:
+def _demo_scenario(args: argparse.Namespace) -> Any:
+    """The demo's first part: the committed learned policy of a headline scenario, live,
+    against the tuned heuristic, the forecast MPC and the oracle on the test seeds (printed
+    and logged to MLflow). None after a one-line error on stderr."""
+    from cloudrl.scenarios.demo import format_table, run_scenario_demo, verdict
+    from envs.scenario.catalog import UnknownScenarioError
+
+    picture = args.scenario_img or f"results/demo/{args.scenario}_episode.png"
+    print(f"[1/2] {args.scenario}: the committed learned policy against the tuned heuristic, "
+          f"the forecast MPC and the clairvoyant oracle on {args.scenario_seeds} test seeds",
+          flush=True)
+    try:
+        demo = run_scenario_demo(args.scenario, args.checkpoint, args.scenario_seeds,
+                                 picture=picture)
+    except (ValueError, UnknownScenarioError) as e:
+        print(f"cloudrl: {e}", file=sys.stderr)
+        return None
+    print(format_table(demo))
+    print(verdict(demo))
+    print(f"one test episode (signal, grid draw of each policy, when deferrable work ran): "
+          f"{demo.picture} ({demo.wall_s:.0f} s)\n", flush=True)
+    _log_demo_scenario(args, demo)
+    return demo
+
+
+def _log_demo_scenario(args: argparse.Namespace, demo: Any) -> None:
+    """One MLflow run in the demo's experiment: every row's means and paired differences."""
+    from cloudrl import tracking
+
+    client, run_id = tracking.open_run(args.tracking_uri, args.experiment,
+                                       f"scenario-{demo.scenario}",
+                                       {"kind": "demo-scenario", "scenario": demo.scenario})
+    with tracking.finishing(client, run_id):
+        tracking.log_params(client, run_id, {"checkpoint": demo.checkpoint,
+                                             "n_test_seeds": demo.n_seeds})
+        metrics: dict[str, float] = {}
+        for row in demo.rows:
+            who = row["policy"].split(" ")[0]
+            metrics.update({f"{who}.{k}": v for k, v in row.items()
+                            if isinstance(v, float)})
+            if "vs_heuristic_pct" in row:
+                metrics[f"{who}.vs_heuristic_pct"] = row["vs_heuristic_pct"][0]
+        metrics["learned.vs_mpc_pct"] = demo.learned["vs_mpc_pct"][0]
+        tracking.log_metrics(client, run_id, metrics)
+        if demo.picture:
+            tracking.log_artifacts(client, run_id, [demo.picture])
+
+
+def _write_demo_report(args: argparse.Namespace, result: dict[str, Any] | None, wall_s: float,
+                       load: tuple[float, ...] | None, scenario: Any = None) -> None:
     """The demo's tables as a markdown page and its picture (``--report-md``/``--report-img``)."""
     from cloudrl.compare import LEARNED_NOTE
     from cloudrl.demo_report import DemoReport, machine_line, today, write_report
     from cloudrl.evaluate import format_table
 
-    sections = [(result["titles"][group], format_table(rows, markdown=True))
-                for group, rows in result["tables"].items()]
+    sections, notes = [], []
+    if scenario is not None:
+        from cloudrl.scenarios.demo import format_table as scenario_table
+        from cloudrl.scenarios.demo import verdict
+
+        sections.append((f"{scenario.scenario}: the committed learned policy, live, "
+                         f"{scenario.n_seeds} test seeds",
+                         scenario_table(scenario, markdown=True) + "\n\n" + verdict(scenario)))
+        notes += scenario.notes
+    if result is not None:
+        sections += [(result["titles"][group], format_table(rows, markdown=True))
+                     for group, rows in result["tables"].items()]
+        notes.append(LEARNED_NOTE)
     flags = "" if args.n_servers == 15 and args.workload == "poisson" else \
         f" --workload {args.workload} --n-servers {args.n_servers}"
     report = DemoReport(title="What the demo prints", command=f"cloudrl demo{flags}",
-                        sections=sections, notes=[LEARNED_NOTE], wall_s=wall_s,
+                        sections=sections, notes=notes, wall_s=wall_s,
                         machine=machine_line(load), date=today())
     written = write_report(report, args.report_md) if args.report_md else []
-    if args.report_img:  # drawn from the same tables as the page, never a file on disk
+    if args.report_img and result is not None:  # drawn from the same tables as the page
         from cloudrl.compare import pareto_plot
 
         Path(args.report_img).parent.mkdir(parents=True, exist_ok=True)
@@ -538,9 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "then takes signal_aware, mpc, oracle, run_at_once")
     ev.set_defaults(func=_cmd_evaluate)
 
-    demo = sub.add_parser("demo", help="main job: train the gated DQN over the power-aware "
-                          "heuristic, compare it with the heuristics on the test seeds, log to "
-                          "MLflow")
+    demo = sub.add_parser("demo", help="main job: a committed learned policy live against the "
+                          "tuned heuristic, the MPC and the oracle on a headline scenario; then "
+                          "train the gated DQN over power_aware and compare it with the "
+                          "heuristics; all logged to MLflow")
     demo.add_argument("--workload", choices=WORKLOAD_KINDS[:2], default="poisson",
                       help="synthetic workload to train and evaluate on")
     demo.add_argument("--n-servers", type=_int_in(1, 4096), default=15, help="fleet size N")
@@ -562,6 +638,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--report-img", metavar="FILE",
                       help="also draw the energy-vs-violations picture of the same tables there "
                            "(e.g. docs/img/demo.png)")
+    demo.add_argument("--scenario", default="scarcity_spikes",
+                      help="headline scenario whose committed checkpoint the first part "
+                           "evaluates live (checkpoints/<scenario>)")
+    demo.add_argument("--checkpoint", help="evaluate this checkpoint instead (a directory "
+                                           "with references.json)")
+    demo.add_argument("--scenario-seeds", type=_int_in(1, 50), default=50,
+                      help="test seeds of the scenario part")
+    demo.add_argument("--scenario-img", metavar="FILE",
+                      help="the scenario part's episode picture (default "
+                           "results/demo/<scenario>_episode.png)")
+    demo.add_argument("--skip-scenario", action="store_true",
+                      help="only the training part")
+    demo.add_argument("--skip-training", action="store_true",
+                      help="only the scenario part")
     demo.set_defaults(func=_cmd_demo)
 
     tr = sub.add_parser("train", help="train a masked PPO, DQN, APPO, IMPALA (flat) or BDQ "

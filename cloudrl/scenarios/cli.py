@@ -66,7 +66,7 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     import numpy as np
 
     from cloudrl.protocol import seeds_for
-    from cloudrl.scenarios.runner import KINDS, ControllerSpec, run_controllers
+    from cloudrl.scenarios.runner import KINDS, ControllerSpec, checkpoint_kind, run_controllers
 
     cfg = load_scenario(args.scenario)
     params = json.loads(args.params) if args.params else None
@@ -130,20 +130,6 @@ def _reference_params(checkpoints: list[str]) -> dict | None:
 
 
 CHECKPOINT_KINDS = ("learned", "rllib")
-
-
-def checkpoint_kind(path: str) -> str:
-    """``learned`` for a distilled checkpoint (``policy.json``), ``rllib`` for one of
-    ``cloudrl train --scenario`` (``cloudrl.json``); a ValueError naming what is wrong."""
-    if (Path(path) / "cloudrl.json").is_file():
-        from cloudrl.scenarios.rl_policy import read_scenario_meta
-
-        read_scenario_meta(path)
-        return "rllib"
-    from cloudrl.algorithms.distill.policy import load_checkpoint
-
-    load_checkpoint(path)
-    return "learned"
 
 
 def _fail(message: str) -> int:

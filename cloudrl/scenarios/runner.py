@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,20 @@ class ControllerSpec:
         raise ValueError(f"controller kind {self.kind!r}; valid: {', '.join(KINDS)}")
 
 
+def checkpoint_kind(path: str) -> str:
+    """``learned`` for a distilled checkpoint (``policy.json``), ``rllib`` for one of
+    ``cloudrl train --scenario`` (``cloudrl.json``); a ValueError naming what is wrong."""
+    if (Path(path) / "cloudrl.json").is_file():
+        from cloudrl.scenarios.rl_policy import read_scenario_meta
+
+        read_scenario_meta(path)
+        return "rllib"
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    load_checkpoint(path)
+    return "learned"
+
+
 def _work(args: tuple[ScenarioConfig, list[ControllerSpec], list[int]]
           ) -> list[tuple[int, int, dict[str, float]]]:
     cfg, specs, seeds = args
@@ -108,7 +123,10 @@ def run_controllers(cfg: ScenarioConfig, specs: list[ControllerSpec], seeds: lis
 
         ctx = multiprocessing.get_context(
             "spawn" if any(s.kind in LEARNED_KINDS for s in specs) else None)
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        from cloudrl.quiet import quiet_library_logs  # RLlib's advice, in every worker
+
+        with ProcessPoolExecutor(workers, mp_context=ctx,
+                                 initializer=quiet_library_logs) as pool:
             parts = list(pool.map(_work, jobs))
     by = {(i, s): m for part in parts for i, s, m in part}
     return [[by[(i, s)] for s in seeds] for i in range(len(specs))]
