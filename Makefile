@@ -73,7 +73,7 @@ test: $(TEST_STAMP) browser docs
 	$(PY) -m pytest -q
 
 demo-docs: $(STAMP)
-	$(VENV)/bin/cloudrl demo --report-md docs/results/demo.md --report-img docs/img/demo.png
+	$(VENV)/bin/cloudrl demo --report-md docs/results/demo.md --report-img docs/img/demo.png --scenario-img docs/img/demo_scenario.png
 	$(PY) -m cloudrl.demo_report README.md docs/results/demo.md
 
 lint: $(TEST_STAMP)
