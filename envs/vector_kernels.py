@@ -501,13 +501,17 @@ def forecast_window_stats(truth, paths, error, horizon, every, out_mean,
                 t0 = min(k0 + q, last) * every
                 b = ep[t0]
                 row = buf[q]
+                # slices indexed by the loop counter: no negative-index fix-up, so the
+                # compiler vectorises the loop
+                ps = ep[t0 + 1:t0 + 1 + width]
+                ts = et[t0 + 1:t0 + 1 + width]
                 if error == 0.0:
                     for j in range(width):
-                        row[j] = et[t0 + 1 + j]
+                        row[j] = ts[j]
                 else:
                     for j in range(width):
-                        f = (ep[t0 + 1 + j] - b) * error + 1.0
-                        row[j] = max(f, 0.0) * et[t0 + 1 + j]
+                        f = (ps[j] - b) * error + 1.0
+                        row[j] = max(f, 0.0) * ts[j]
             b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
             j = horizon - 1
             sa, sb, sc, sd = b0[j], b1[j], b2[j], b3[j]

@@ -171,12 +171,13 @@ def interp_into(x, xp, fp, slopes, out):  # pragma: no cover (compiled)
     bracket ``xp[j] <= x < xp[j+1]``, ``slopes[j] * (x - xp[j]) + fp[j]`` with ``slopes[j] =
     (fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``, ``fp[j]`` where ``x == xp[j]``, the end values
     outside), so the values are the same bit for bit. ``xp`` increasing, at least two
-    points; ``slopes`` from :func:`interp_slopes`. The bracket is guessed as for evenly
-    spaced points, then corrected by comparisons (exact for any ``xp``)."""
+    points; ``slopes`` from :func:`interp_slopes`. The bracket starts from the previous
+    value's (the hours of successive ticks are close) and moves by comparisons (exact for
+    any ``xp`` and any order of ``x``)."""
     n = xp.shape[0]
     lo = xp[0]
     hi = xp[n - 1]
-    scale = (n - 1) / (hi - lo)
+    j = 0
     for i in range(x.shape[0]):
         v = x[i]
         if v != v:
@@ -188,8 +189,6 @@ def interp_into(x, xp, fp, slopes, out):  # pragma: no cover (compiled)
         if v >= hi:
             out[i] = fp[n - 1]
             continue
-        g = (v - lo) * scale
-        j = int(g) if g < n - 2 else n - 2
         while j > 0 and xp[j] > v:
             j -= 1
         while j < n - 2 and xp[j + 1] <= v:
