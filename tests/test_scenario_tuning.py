@@ -65,8 +65,11 @@ def test_tune_picks_the_argmin_of_the_same_points_a_direct_evaluation_scores(
     direct = run_controllers(tiny, [ControllerSpec("signal_aware", p) for p in points], seeds,
                              workers=2)
     costs = [float(np.mean([m["cost_usd"] for m in r])) for r in direct]
+    import ray
+
     result = tune(tiny, "signal_aware", n_samples=3, n_seeds=2, seed=5, workers=2,
                   storage_path=tmp_path / "tune")
+    assert ray.is_initialized()  # the caller's Ray (ray_session) is used and left running
     # every trial's evaluation is deterministic: the very same costs as played directly
     assert result.trials == list(zip(points, costs, strict=True))
     assert result.params == points[int(np.argmin(costs))]
@@ -112,3 +115,12 @@ def test_the_same_arguments_give_the_same_result_and_log_nested_mlflow_runs(
         assert float(child.data.params["max_util"]) == again.trials[k][0]["max_util"]
         assert child.data.metrics["validation/cost_usd"] == again.trials[k][1]
         assert "validation/energy_usd" in child.data.metrics
+
+
+def test_a_failing_trial_is_an_error_naming_its_point(tiny, ray_session, tmp_path):
+    from cloudrl.scenarios.tuning import _search
+
+    bad = {"no_such_knob": 1.0}  # MPCConfig refuses it inside the trial
+    with pytest.raises(RuntimeError, match=r"scenario tuning \(mpc\): point 0 .*no_such_knob"):
+        _search(tiny, "mpc", [bad], [validation_seeds(1)[0]], 1, "failing", str(tmp_path),
+                None)

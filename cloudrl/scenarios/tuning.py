@@ -257,10 +257,10 @@ def _search(cfg: ScenarioConfig, kind: str, points: list[dict[str, Any]], seeds:
     grid = tuner.fit()
     by_point: dict[int, dict[str, float]] = {}
     for r in grid:
-        i = int(r.config["point"])
         if r.error is not None or OBJECTIVE not in (r.metrics or {}):
-            raise RuntimeError(f"scenario tuning ({kind}): the trial of point {i} "
-                               f"{points[i]} failed: {r.error}")
-        by_point[i] = dict(r.metrics["validation"])
+            i = (r.config or {}).get("point")
+            where = f"point {i} {points[i]}" if i is not None else "a trial"
+            raise RuntimeError(f"scenario tuning ({kind}): {where} failed: {r.error}")
+        by_point[int(r.config["point"])] = dict(r.metrics["validation"])
     metrics = [by_point[i] for i in range(len(points))]
     return [m[OBJECTIVE] for m in metrics], metrics
