@@ -240,8 +240,12 @@ def forecast_summary(series: SignalSeries, seed: int, error: float, horizon: int
 
 
 EPISODE_CACHE_BYTES = 64 << 20
-_episode_cache: OrderedDict = OrderedDict()
-_episode_cache_bytes = 0
+EPISODE_PROBATION = 16  # episodes built once, kept until this many newer ones are
+EPISODE_GHOSTS = 4096  # keys remembered after they leave probation unasked
+_episode_cache: OrderedDict = OrderedDict()  # asked again: key -> (signals, bytes), LRU
+_episode_new: OrderedDict = OrderedDict()  # probation: built once, not asked since
+_episode_ghosts: OrderedDict = OrderedDict()  # keys that left probation unasked
+_episode_cache_bytes = 0  # both tiers
 _episode_cache_lock = threading.Lock()
 
 
@@ -249,9 +253,16 @@ def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: fl
                     seed: int, peak_w: float) -> EpisodeSignals:
     """The :class:`EpisodeSignals` of the episode of ``seed`` (see the module docstring).
 
-    Deterministic in its arguments, so recent episodes are kept (least recently used
-    first out, up to ``EPISODE_CACHE_BYTES`` per process, shared by every env): resets on
-    a seed pool build each episode's signals once. Their arrays are read-only."""
+    Deterministic in its arguments, so episodes are kept for reuse, per process and shared
+    by every env, up to ``EPISODE_CACHE_BYTES`` (least recently used first out): resets on
+    a seed pool build each episode's signals once, or twice when its seed comes back only
+    after ``EPISODE_PROBATION`` other episodes were built. Two tiers (2Q): a new episode
+    is kept on probation among the last ``EPISODE_PROBATION`` built; asked for again, it
+    moves to the main tier; leaving probation unasked, only its key is remembered (the
+    last ``EPISODE_GHOSTS``), and a remembered key goes to the main tier when it is built
+    again. So episodes on new seeds, never asked twice, do not fill the cache: their
+    memory is reused instead of growing the process by ~0.1 MB per episode (page faults
+    that cost more than building the signals). Their arrays are read-only."""
     global _episode_cache_bytes
     stamp = None
     if signals.source == "csv":  # a changed file is a new key
@@ -263,6 +274,11 @@ def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: fl
         if hit is not None:
             _episode_cache.move_to_end(key)
             return hit[0]
+        hit = _episode_new.pop(key, None)
+        if hit is not None:  # asked again: to the main tier
+            _episode_cache[key] = hit
+            return hit[0]
+        again = _episode_ghosts.pop(key, 0) is None
     sig = _build_episode_signals(signals, int(episode_length), float(tick_seconds), int(seed),
                                  float(peak_w))
     size = sum(a.nbytes for a in (sig.price, sig.carbon, sig.solar_j, sig.features,
@@ -270,11 +286,18 @@ def episode_signals(signals: SignalConfig, episode_length: int, tick_seconds: fl
                                   sig.series.solar_kw))
     if size <= EPISODE_CACHE_BYTES:
         with _episode_cache_lock:
-            if key not in _episode_cache:
-                _episode_cache[key] = (sig, size)
+            if key not in _episode_cache and key not in _episode_new:
+                (_episode_cache if again else _episode_new)[key] = (sig, size)
                 _episode_cache_bytes += size
+            while len(_episode_new) > EPISODE_PROBATION:
+                old, (_, old_size) = _episode_new.popitem(last=False)
+                _episode_cache_bytes -= old_size
+                _episode_ghosts[old] = None
+            while len(_episode_ghosts) > EPISODE_GHOSTS:
+                _episode_ghosts.popitem(last=False)
             while _episode_cache_bytes > EPISODE_CACHE_BYTES:
-                _episode_cache_bytes -= _episode_cache.popitem(last=False)[1][1]
+                tier = _episode_cache if _episode_cache else _episode_new
+                _episode_cache_bytes -= tier.popitem(last=False)[1][1]
     return sig
 
 
