@@ -265,7 +265,7 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
         print(f"{name:<10} {via:<11} {b:>4} {none * 1e6:>14.2f} {sig * 1e6:>11.2f} "
               f"{sig / none:>12.2f}x")
     length = ClusterSchedulingEnv({"n_servers": n}).config.sim.episode_length
-    r_none, r_sig, r_cached = reset_costs(n)
+    r_none, r_sig, r_cached = reset_costs(n, repeats=max(7, repeats))
     print(f"reset (flat, single env): {r_none * 1e3:.2f} ms without signals, "
           f"{r_sig * 1e3:.2f} ms with (new seeds), {r_cached * 1e3:.2f} ms with on repeated "
           f"seeds (signals cached); spread over a {length}-tick episode: "
