@@ -8,9 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 SECONDS_PER_WEEK = 7 * 86400
+
+
+@numba.njit(cache=True)
+def _all_finite(a):  # pragma: no cover (compiled)
+    """``numpy.isfinite(a).all()`` of a 1-d float64 array, in one compiled pass."""
+    ok = True
+    for i in range(a.shape[0]):
+        if not np.isfinite(a[i]):
+            ok = False
+            break
+    return ok
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +44,7 @@ class SignalSeries:
             arr = np.ascontiguousarray(getattr(self, name), dtype=np.float64)
             if arr.shape != (n,):
                 raise ValueError(f"{name}: shape {arr.shape}, expected ({n},)")
-            if not np.isfinite(arr).all():
+            if not _all_finite(arr):
                 raise ValueError(f"{name}: non-finite values")
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
