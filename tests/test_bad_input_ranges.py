@@ -40,14 +40,15 @@ from envs.workloads import (
 )
 from envs.workloads.google_trace import parse_task_events, save_trace
 from envs.workloads.work_size import episode_work
-from serve_apps.schemas import AutoPlan, ClusterState, PendingJob, ServerState
+from serve_apps.schemas import AutoPlan, ClusterState, PendingJob, ServerState, Signals
 from serve_apps.service_config import ServiceConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "input-ranges.md"
 SAMPLE = Path(__file__).parent / "fixtures" / "google_v2_task_events_sample.csv.gz"
 MODELS: list[type[BaseModel]] = [TierConfig, FleetConfig, SimConfig, WorkLimits, PoissonConfig,
                                  GoogleV2LikeConfig, DeadlineConfig, TraceReplayConfig,
-                                 ServiceConfig, ServerState, PendingJob, ClusterState, AutoPlan]
+                                 ServiceConfig, ServerState, PendingJob, ClusterState, Signals,
+                                 AutoPlan]
 
 
 def bounds(model: type[BaseModel], name: str) -> tuple[float | None, float | None, bool]:
