@@ -134,7 +134,11 @@ def export_jsonl(db: str | Path, out: str | Path) -> int:
 # Operator pairs into the preference-pair dataset (cloudrl.data.pairs), the schema
 # teacher pairs use. Each inline trajectory step's ClusterState is loaded into the policy
 # env's own simulator (the decision service's path: serve_apps.state.to_snapshot, then
-# env.observe_snapshot), so its observation is exactly what the env and the service build.
+# env.observe_snapshot; for an env with signals the state's ``signals`` give the signal
+# columns, serve_apps.state.signal_row and observe_with_signals, as ServedPolicy.observe
+# does), so its observation is exactly what the env and the service build. A state whose
+# signals do not fit the env (missing for an env with signals, given to one without, a
+# forecast of another length) is a mismatch naming the field (``...state.signals...``).
 # Segment-length policy: a trajectory of L steps becomes T = segment_length steps; L > T
 # keeps the first T steps (cut="head") or the last T (cut="tail"); L < T repeats the last
 # step (state and action) until T ("pad": edge padding), unless L < min_steps, when the pair
@@ -178,20 +182,21 @@ class _TooShort(ValueError):
 
 
 def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut: str,
-                        min_steps: int, policy: str, teacher_cfg: Any):
+                        min_steps: int, policy: str, teacher_cfg: Any, layout: Any = None):
     """A pair side from an inline trajectory; _Mismatch or a ("too_short", msg) signal.
 
     A transition segment: T actions and the T+1 states around them (step i's state is the
     one its action was taken on, so step i+1's is the one it led to). A trajectory of more
     than T steps gives a window of T+1 consecutive states (the first or the last ones, by
     ``cut``), the actions of the first T; a shorter one is edge-padded (last state and
-    action repeated)."""
+    action repeated). ``layout`` is the env's ``serve_apps.state.signal_layout`` (None: the
+    env has no signals)."""
     from pydantic import ValidationError
 
     from cloudrl.data.pairs import Segment
     from cloudrl.data.segments import overload_count, placement_slowdowns, spread
     from serve_apps.schemas import Trajectory
-    from serve_apps.state import StateError, to_snapshot
+    from serve_apps.state import StateError, observe_with_signals, signal_row, to_snapshot
 
     try:
         steps = Trajectory.model_validate(traj).steps
@@ -209,7 +214,10 @@ def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut
     obs_list, actions = [], []
     for i, step in enumerate(steps):
         try:
-            obs = env.observe_snapshot(to_snapshot(step.state, fleet, sim_cfg))
+            snapshot = to_snapshot(step.state, fleet, sim_cfg)
+            row = signal_row(step.state.signals, layout, snapshot.tick)
+            obs = env.observe_snapshot(snapshot) if row is None else \
+                observe_with_signals(env, snapshot, row)
         except (StateError, ValueError) as e:
             raise _Mismatch(f"steps[{start + i}].state.{e}") from None
         action = np.atleast_1d(np.asarray(step.action, dtype=np.int64))
@@ -249,6 +257,7 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
     from cloudrl.data.pairs import pair_row, write_pairs
     from cloudrl.data.segments import DefaultStats
     from cloudrl.policy import make_env
+    from serve_apps.state import signal_layout
 
     if not Path(db).is_file():
         raise FileNotFoundError(f"feedback database {db} does not exist")
@@ -258,6 +267,7 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
         raise ValueError(f"cut must be 'head' or 'tail', got {cut!r}")
     teacher_cfg = teacher_config or DefaultStats()
     env = make_env(env_config, interface)  # type: ignore[arg-type]
+    layout = signal_layout(env)  # None: the env observes no signals
     result = OperatorExport()
     store = FeedbackStore(db)
     rows: list[dict[str, Any]] = []
@@ -273,7 +283,7 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
                 for s in ("a", "b"):
                     sides.append(_trajectory_segment(
                         pair[s]["trajectory"], env, segment_length, cut, min_steps,
-                        pair.get("policy_version") or "", teacher_cfg))
+                        pair.get("policy_version") or "", teacher_cfg, layout))
             except _TooShort as e:
                 result.skip("too_short", f"{where}: {s}: {e}")
                 continue

@@ -10,10 +10,14 @@ fixes server ``i``'s tier and capacity and spells out the consistent server stat
 ``/v1/decide`` request from the schema alone. For a policy with signals both state the
 ``signals`` it requires (the forecast length is its horizon in ticks; solar fields only
 when it observes solar); for one without, ``signals`` is not in the schema (refused).
+The states inside ``/v1/feedback`` trajectories (``ClusterState``) carry the fleet's rules
+too, but their ``signals`` stay what that endpoint accepts: optional, any forecast length,
+solar optional (it stores them as given; the pair export checks them against the env).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from envs.snapshot import MAX_JOBS, MAX_TICKS
@@ -101,6 +105,21 @@ def _signals_openapi(comps: dict[str, Any], props: dict[str, Any], required: lis
             sig_props[name].update(minItems=layout.horizon_ticks, maxItems=layout.horizon_ticks)
 
 
+def _feedback_signals_openapi(props: dict[str, Any], signals: dict[str, Any] | None) -> None:
+    """A feedback trajectory state's ``signals`` as ``/v1/feedback`` accepts it: optional
+    (null or left out), validated as ``Signals`` alone (``signals`` is that model's schema,
+    before the policy's rules are written into it)."""
+    if signals is None:
+        return
+    props["signals"] = {
+        "anyOf": [signals, {"type": "null"}], "default": None,
+        "description": "price, carbon (and solar) now and forecast, as observed at this "
+                       "state: optional here (stored as given); exporting the feedback as "
+                       "preference pairs needs them for a policy with signals (forecasts of "
+                       "its horizon in ticks, solar exactly when it observes solar) and "
+                       "refuses them for one without"}
+
+
 def _zero() -> dict[str, Any]:
     return {"type": "number", "minimum": 0, "maximum": 0}
 
@@ -138,6 +157,7 @@ def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: 
     n, sim, fleet = policy.fleet.n_servers, policy.env_config.sim, policy.fleet
     per_index = [server_schema(s["tier"], s["cpu_cores"], s["mem_gib"])
                  for s in _servers(policy)]
+    signals = copy.deepcopy(comps.get("Signals"))  # as the model accepts it, any policy
     for name in ("ClusterState", "DecideRequest"):
         props = comps.get(name, {}).get("properties")
         if props:
@@ -146,7 +166,11 @@ def fleet_openapi(schema: dict[str, Any], policy: ServedPolicy, max_batch_size: 
             servers.update(minItems=n, maxItems=n, prefixItems=per_index, items=False)
             props["jobs"]["maxItems"] = sim.queue_capacity
             props["priority_level"]["maximum"] = sim.priority_levels - 1
-            _signals_openapi(comps, props, comps[name].setdefault("required", []), policy)
+            if name == "ClusterState":  # the states of /v1/feedback trajectories
+                _feedback_signals_openapi(props, signals)
+            else:
+                _signals_openapi(comps, props, comps[name].setdefault("required", []),
+                                 policy)
     if "ServerState" in comps:
         tiers = list(dict.fromkeys(fleet.tier_names[t] for t in fleet.tier))
         comps["ServerState"]["properties"]["tier"]["enum"] = tiers
