@@ -333,15 +333,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print("cloudrl: demo: --skip-scenario and --skip-training leave nothing to run",
               file=sys.stderr)
         return 2
-    scenario = None
-    if not args.skip_scenario:
-        scenario = _demo_scenario(args)
-        if scenario is None:
-            return 2
-    if args.skip_training:
-        if scenario is not None and (args.report_md or args.report_img):
-            _write_demo_report(args, None, time.monotonic() - started, load, scenario)
-        return 0
     envs = TrainConfig.model_fields["envs_per_runner"].default
     ticks = SimConfig.model_fields["episode_length"].default
     steps = -(-ticks // DEMO_DECISION_EVERY)  # decisions per episode
@@ -363,6 +354,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                             eval_seeds=None, eval_workers=None, experiment=None,
                             tracking_uri=None, storage_path=None, max_concurrent_trials=None,
                             name=None, _overrides=overrides)
+    if not args.skip_training:  # a bad training setting fails before the scenario part runs
+        from cloudrl.sweep import SweepConfig
+
+        load_config(SweepConfig, None, overrides)
+    scenario = None
+    if not args.skip_scenario:
+        scenario = _demo_scenario(args)
+        if scenario is None:
+            return 2
+    if args.skip_training:
+        if scenario is not None and (args.report_md or args.report_img):
+            _write_demo_report(args, None, time.monotonic() - started, load, scenario)
+        return 0
     if not args.skip_scenario:
         print(f"[2/2] train gated_dqn over power_aware on {args.workload}, N={args.n_servers}, "
               f"and compare it with the heuristics", flush=True)

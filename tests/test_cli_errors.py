@@ -266,7 +266,8 @@ def test_compare_and_demo_write_to_their_experiment_dir(monkeypatch: pytest.Monk
     monkeypatch.setattr(cloudrl.compare, "run_compare", fake_compare)
     monkeypatch.setattr(cli, "_cmd_sweep", lambda ns: sweeps.append(ns._overrides) or 0)
     assert run(["compare", "--experiment", "mine"], capsys)[0] == 0
-    code, out, _ = run(["demo", "--env-steps", "30000", "--n-seeds", "2"], capsys)
+    code, out, _ = run(["demo", "--env-steps", "30000", "--n-seeds", "2", "--skip-scenario"],
+                       capsys)
     assert code == 0
     assert calls == [("mine", str(Path("results/compare/mine"))),
                      ("cloudrl-demo", str(Path("results/compare/cloudrl-demo")))]
@@ -275,7 +276,7 @@ def test_compare_and_demo_write_to_their_experiment_dir(monkeypatch: pytest.Monk
     # of the 8 envs
     assert sweeps[0]["env_steps"] == 30_400
     assert "--env-steps 30000 rounded up to 30400" in out
-    assert run(["demo", "--env-steps", "16000"], capsys)[0] == 0
+    assert run(["demo", "--env-steps", "16000", "--skip-scenario"], capsys)[0] == 0
     assert sweeps[1]["env_steps"] == 16_000
 
 

@@ -31,7 +31,7 @@ def test_demo_trains_gated_dqn_in_whole_episodes_and_prints_the_headline(capture
     from cloudrl.config_loader import load_config
     from cloudrl.sweep import SweepConfig
 
-    assert cli.main(["demo", "--env-steps", "2000", "--n-seeds", "5"]) == 0
+    assert cli.main(["demo", "--env-steps", "2000", "--n-seeds", "5", "--skip-scenario"]) == 0
     out = capsys.readouterr().out
     overrides = captured["overrides"]
     assert overrides["algos"] == ["gated_dqn"] and overrides["n_servers"] == 15
@@ -47,7 +47,7 @@ def test_demo_trains_gated_dqn_in_whole_episodes_and_prints_the_headline(capture
 
 def test_demo_keeps_a_whole_budget_and_the_sweeps_exit_code(captured, capsys):
     captured["sweep_code"] = 1
-    assert cli.main(["demo", "--env-steps", "4800"]) == 1
+    assert cli.main(["demo", "--env-steps", "4800", "--skip-scenario"]) == 1
     out = capsys.readouterr().out
     assert captured["overrides"]["env_steps"] == 4800 and "rounded" not in out
     assert "compared" not in captured and "cloudrl headline" in out
@@ -59,6 +59,6 @@ def test_demo_end_to_end_at_a_tiny_size(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert cli.main(["demo", "--n-servers", "4", "--env-steps", "1600", "--n-seeds", "2",
-                     "--tracking-uri", uri]) == 0
+                     "--tracking-uri", uri, "--skip-scenario"]) == 0
     out = capsys.readouterr().out
     assert "gated_dqn" in out and "power_aware" in out and "cloudrl headline" in out

@@ -158,7 +158,7 @@ def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(cli, "_cmd_compare", fake_compare)
     md, png = tmp_path / "demo.md", tmp_path / "img" / "demo.png"
     assert cli.main(["demo", "--env-steps", "1600", "--report-md", str(md),
-                     "--report-img", str(png)]) == 0
+                     "--report-img", str(png), "--skip-scenario"]) == 0
     page = md.read_text()
     assert page.startswith("# What the demo prints")
     assert "**poisson, N=15, 50 test seeds**" in page and "| power_aware [branching]" in page
