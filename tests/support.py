@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+from collections.abc import Iterable
 from typing import Any
 
 from envs.workloads.base import JobTable
@@ -49,3 +51,17 @@ def reap(processes: dict[int, Any], timeout_s: float = 10.0) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     psutil.wait_procs(alive, timeout=10)
+
+
+def free_port(ports: Iterable[int]) -> int:
+    """The first of ``ports`` that 127.0.0.1 can bind now (each test module has its own
+    range, so modules running at once do not race for one port)."""
+    tried = list(ports)
+    for port in tried:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {tried[0]}..{tried[-1]}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,19 +22,13 @@ from cloudrl.labelling import db, tokens
 from cloudrl.labelling.app import ServeConfig, TokenBucket, create_app
 from cloudrl.labelling.queue import PairSpec, QueueConfig, add_pairs
 from cloudrl.labelling.synthetic import synthetic_segments
+from tests.support import free_port as shared_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port(lo: int = 18110, hi: int = 18160) -> int:
-    for port in range(lo, hi):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in the labelling test range")
+def free_port() -> int:
+    return shared_free_port(range(18110, 18160))
 
 
 def call(base: str, path: str, token: str | None = None, body=None, method=None,

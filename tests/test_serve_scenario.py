@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import socket
 
 import numpy as np
 import pytest
@@ -30,6 +29,7 @@ from serve_apps.scenario_config import ScenarioServing
 from serve_apps.scenario_schemas import MAX_FORECAST, MAX_POOL, MAX_PRICE, ScenarioState
 from serve_apps.scenario_service import ScenarioService
 from serve_apps.scenario_state import state_of, view_of
+from tests.support import free_port
 from tests.test_serve import Client, _deploy
 
 SCENARIO = "tiny"
@@ -38,14 +38,7 @@ PORTS = range(18400, 18500)
 
 
 def _port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 18400-18499")
+    return free_port(PORTS)
 
 
 def _config(db: str, policy: str = "mpc", timeout_s: float = 2.0) -> dict:

@@ -20,7 +20,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -38,6 +37,7 @@ from serve_apps.runtime import ServedPolicy
 from serve_apps.schemas import DecideRequest
 from serve_apps.service_config import ServiceConfig
 from serve_apps.state import StateError, env_state_of, signals_of
+from tests.support import free_port
 from tests.test_serve import Client, _deploy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,14 +120,7 @@ def test_signals_of_needs_a_reset_env_with_signals():
 
 # ------------------------------------------------------------ the service over HTTP
 def _port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 8731-8739")
+    return free_port(PORTS)
 
 
 def _service_config(db: str) -> dict:
