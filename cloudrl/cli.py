@@ -114,7 +114,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         return scenarios_cli.evaluate_scenario(SimpleNamespace(
             scenario=args.scenario, policy=args.policy, params=None,
             checkpoint=args.checkpoint, split=args.split or "test",
-            n_seeds=args.n_seeds or 50, workers=args.workers, json=None))
+            n_seeds=args.n_seeds or 50, workers=args.workers, json=None,
+            n_servers=args.n_servers))
     from cloudrl.evaluate import (
         EvalConfig,
         evaluate,

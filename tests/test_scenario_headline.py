@@ -103,6 +103,8 @@ def test_table_marks_the_claimed_run():
      "only 50 exist"),
     (["headline", "--scenario", "tiny", "--distill-val-seeds", "0"], "distill-val-seeds"),
     (["headline", "--scenario", "tiny", "--params-from", "/no/such.json"], "/no/such.json"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--n-servers", "0"], "--n-servers 0"),
+    (["evaluate", "--scenario", "tiny", "--n-servers", "5000"], "--n-servers 5000"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "learned"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "/no/such"], "/no/such"),
@@ -178,3 +180,18 @@ def test_params_come_from_a_headroom_json_or_a_checkpoints_references(tmp_path):
         {"name": "other", "heuristic_params": {}, "mpc_params": {}},
         {"name": "tiny", "heuristic_params": heur, "mpc_params": mpc}]}))
     assert read_params(str(room), "tiny") == (heur, mpc)
+
+
+def test_evaluate_on_another_fleet_size_scales_the_load(capsys):
+    from envs.scenario.catalog import load_scenario
+
+    base = load_scenario("tiny").fleet.n_servers
+    costs = {}
+    for n in (base, 3 * base):
+        assert main(["scenarios", "evaluate", "--scenario", "tiny", "--policy", "run_at_once",
+                     "--n-seeds", "1", "--workers", "1", "--n-servers", str(n)]) == 0
+        out = capsys.readouterr().out
+        assert f"tiny: N={n}, 1 test seeds" in out
+        costs[n] = float(next(ln for ln in out.splitlines() if ln.startswith("run_at_once"))
+                         .split()[1])
+    assert 2.0 < costs[3 * base] / costs[base] < 4.0  # three times the fleet and its load

@@ -68,7 +68,11 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     from cloudrl.protocol import seeds_for
     from cloudrl.scenarios.runner import KINDS, ControllerSpec, checkpoint_kind, run_controllers
 
-    cfg = load_scenario(args.scenario)
+    n_servers = getattr(args, "n_servers", None)
+    if n_servers is not None and not 1 <= n_servers <= 4096:
+        return _fail(f"--n-servers {n_servers}: expected 1..4096 servers")
+    # another fleet size keeps the scenario's utilization (the load scales with the fleet)
+    cfg = load_scenario(args.scenario, {"fleet": {"n_servers": n_servers}} if n_servers else None)
     params = json.loads(args.params) if args.params else None
     if params is None:  # a published checkpoint carries the parameters it was measured against
         params = _reference_params(args.checkpoint or [])
@@ -94,7 +98,8 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     res = run_controllers(cfg, specs, seeds, args.workers)
     cols = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
             "sla_lc", "sla_batch", "decide_ms")
-    print(f"{cfg.name}: {args.n_seeds} {args.split} seeds, mean per episode")
+    print(f"{cfg.name}: N={cfg.fleet.n_servers}, {args.n_seeds} {args.split} seeds, mean per "
+          f"episode")
     print(f"{'policy':14s}" + "".join(f"{c:>12s}" for c in cols))
     for spec, r in zip(specs, res, strict=True):
         print(f"{spec.name:14s}" + "".join(f"{np.mean([m[c] for m in r]):12.4f}" for c in cols))
@@ -310,6 +315,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))
     ev.add_argument("--n-seeds", type=int, default=10)
     ev.add_argument("--workers", type=int, default=None)
+    ev.add_argument("--n-servers", type=int, help="another fleet size (1..4096; the load "
+                                                  "scales with it, utilization stays)")
     ev.add_argument("--checkpoint", action="append",
                     help="a learned policy's checkpoint directory (from 'cloudrl scenarios "
                          "distill'; repeatable): played beside the others, with paired cost "
