@@ -27,8 +27,8 @@ from tests.support import free_port as shared_free_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    return shared_free_port(range(18110, 18160))
+def free_port(ports: range = range(18110, 18160)) -> int:
+    return shared_free_port(ports)
 
 
 def call(base: str, path: str, token: str | None = None, body=None, method=None,
@@ -243,7 +243,7 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_acknowledged_labels_survive_kill_9(tmp_path, sync):
     path = tmp_path / "labels.db"
     toks = seed_db(path, n_pairs=30, k=2)
-    port = free_port(18160, 18199)
+    port = free_port(range(18160, 18199))
     proc = subprocess.Popen([sys.executable, "-m", "cloudrl.labelling", "serve", "--db",
                              str(path), "--port", str(port), "--gold-rate", "0", "--rate",
                              "100", "--burst", "100", "--sync", sync], cwd=REPO,
