@@ -41,6 +41,7 @@ def test_search_points_are_seeded_and_start_with_the_defaults():
         search_points("oracle", 2)
 
 
+@pytest.mark.slow  # ~15-20 s each: a Ray start of its own / a second search
 def test_tune_starts_ray_if_none_runs_and_leaves_it_and_print_as_found(
         tiny, monkeypatch, capfd):
     import ray
@@ -85,6 +86,7 @@ def test_tune_picks_the_argmin_of_the_same_points_a_direct_evaluation_scores(
         assert f"_{k:05d}_" in name and f"point={k}" in name
 
 
+@pytest.mark.slow  # ~15-20 s each: a Ray start of its own / a second search
 def test_the_same_arguments_give_the_same_result_and_log_nested_mlflow_runs(
         tiny, ray_session, tmp_path):
     from mlflow import MlflowClient
