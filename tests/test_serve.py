@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -336,21 +337,22 @@ def test_feedback_is_stored_deduplicated_and_survives_a_restart(service, tmp_pat
     assert np.isclose(rows[0]["a"]["trajectory"]["steps"][0]["state"]["tick"], 5)
 
 
-@pytest.mark.slow
-def test_cloudrl_serve_command_answers_decisions(tmp_path):
+@contextlib.contextmanager
+def serve_command(args: list[str], port: int, env: dict[str, str] | None = None,
+                  cwd: str | None = None):
+    """``cloudrl serve ARGS --port PORT`` in a subprocess, its own local Ray; yields a
+    client once ``/healthz`` answers (up to 240 s), then stops it with SIGINT (the command
+    shuts Serve and its Ray down), killing it after 90 s."""
     import os
     import signal
     import subprocess
     import sys
 
-    port = _free_port()
-    env = {**os.environ, "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
+    env = {**os.environ, "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", **(env or {})}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudrl", "serve", "--policy", "heuristic:ffd", "--n-servers",
-         str(N_SERVERS), "--workload", "poisson", "--port", str(port),
-         "--state-db", str(tmp_path / "state.db")], env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "cloudrl", "serve", *args, "--port",
+                             str(port)], env=env, cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client, deadline = Client(port), time.time() + 240
         while time.time() < deadline:
@@ -359,12 +361,21 @@ def test_cloudrl_serve_command_answers_decisions(tmp_path):
                     break
             except OSError:
                 pass
+            assert proc.poll() is None, "cloudrl serve exited"
             time.sleep(2)
-        status, out = client.call("POST", "/v1/decide", _state(7, 20))
-        assert status == 200 and out["policy"] == "ffd", out
+        yield client
     finally:
-        proc.send_signal(signal.SIGINT)  # the command shuts Serve and its local Ray down
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_cloudrl_serve_command_answers_decisions(tmp_path):
+    args = ["--policy", "heuristic:ffd", "--n-servers", str(N_SERVERS), "--workload", "poisson",
+            "--state-db", str(tmp_path / "state.db")]
+    with serve_command(args, _free_port()) as client:
+        status, out = client.call("POST", "/v1/decide", _state(7, 20))
+        assert status == 200 and out["policy"] == "ffd", out

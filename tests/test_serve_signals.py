@@ -38,7 +38,7 @@ from serve_apps.schemas import DecideRequest
 from serve_apps.service_config import ServiceConfig
 from serve_apps.state import StateError, env_state_of, signals_of
 from tests.support import free_port
-from tests.test_serve import Client, _deploy
+from tests.test_serve import Client, _deploy, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "serve_apps" / "signals_service.yaml"
@@ -439,40 +439,15 @@ def test_checkpoint_trained_with_signals_is_served(service, tmp_path, monkeypatc
 # ------------------------------------------------------------ the CLI
 @pytest.mark.slow
 def test_cloudrl_serve_with_a_signals_config_answers_the_documented_request(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    port = _port()
     ray_tmp = tempfile.mkdtemp(prefix="crl-sigcli-")
-    env = {**os.environ, "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_TMPDIR": ray_tmp,
-           "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudrl", "serve", "--config", str(CONFIG), "--port", str(port),
-         "--state-db", str(tmp_path / "state.db")], env=env, cwd=tmp_path,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = ["--config", str(CONFIG), "--state-db", str(tmp_path / "state.db")]
     try:
-        client, deadline = Client(port), time.time() + 240
-        while time.time() < deadline:
-            try:
-                if client.call("GET", "/healthz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None, "cloudrl serve exited"
-            time.sleep(2)
-        status, out = client.call("POST", "/v1/decide", _doc_example())
-        assert status == 200 and out["policy"] == "power_aware", out
-        status, out = client.call("POST", "/v1/decide", {
-            k: v for k, v in _doc_example().items() if k != "signals"})
-        assert status == 422 and out["errors"][0]["field"] == "signals", out
+        with serve_command(args, _port(), {"RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT)},
+                           cwd=str(tmp_path)) as client:
+            status, out = client.call("POST", "/v1/decide", _doc_example())
+            assert status == 200 and out["policy"] == "power_aware", out
+            status, out = client.call("POST", "/v1/decide", {
+                k: v for k, v in _doc_example().items() if k != "signals"})
+            assert status == 422 and out["errors"][0]["field"] == "signals", out
     finally:
-        proc.send_signal(signal.SIGINT)  # the command shuts Serve and its local Ray down
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         shutil.rmtree(ray_tmp, ignore_errors=True)
