@@ -185,3 +185,44 @@ def test_checkpoint_without_weights_is_an_error(tmp_path, capsys):
                str(tmp_path / "ck")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "policy.pt" in err
+
+
+def test_a_fine_tune_starts_from_its_checkpoint_and_keeps_it_when_nothing_beats_it(tmp_path):
+    """init_checkpoint: the start competes as round -1; under a constant objective every
+    round ties and the earliest, the start itself, is kept (weights unchanged)."""
+    from cloudrl.algorithms.distill.algorithm import distill
+    from cloudrl.algorithms.distill.config import DistillConfig
+
+    torch.manual_seed(0)
+    start = build_module((16,))
+    save_checkpoint(start, tmp_path / "start", (16,), {"scenario": "tiny"})
+    cfg = DistillConfig(hiddens=(16,), init_checkpoint=str(tmp_path / "start"),
+                        n_expert_seeds=1, dagger_rounds=1, dagger_seeds_per_round=1,
+                        n_val_seeds=1, bc_epochs=2, round_epochs=1)
+    seen = []
+
+    def objective(m):
+        seen.append(m)
+        return 0.0
+
+    res = distill(load_scenario("tiny"), cfg, log=lambda _: None, objective=objective)
+    assert [r["round"] for r in res.rounds] == [-1, 0, 1]
+    assert res.best_round == -1 and len(seen) == 3 and "transitions" in seen[0]
+    kept = res.module.state_dict()
+    for k, v in start.state_dict().items():
+        assert torch.equal(kept[k], v)
+    # a real objective moves it: the cost keeps a trained round whenever one is cheaper
+    res2 = distill(load_scenario("tiny"), cfg, log=lambda _: None)
+    costs = [r["val_cost"] for r in res2.rounds]
+    assert res2.best_round == res2.rounds[int(np.argmin(costs))]["round"]
+
+
+def test_a_fine_tune_refuses_other_hidden_sizes(tmp_path):
+    from cloudrl.algorithms.distill.algorithm import distill
+    from cloudrl.algorithms.distill.config import DistillConfig
+
+    save_checkpoint(build_module((16,)), tmp_path / "start", (16,), {"scenario": "tiny"})
+    cfg = DistillConfig(hiddens=(32,), init_checkpoint=str(tmp_path / "start"),
+                        n_expert_seeds=1, dagger_rounds=0, n_val_seeds=1, bc_epochs=1)
+    with pytest.raises(ValueError, match="hidden sizes"):
+        distill(load_scenario("tiny"), cfg, log=lambda _: None)

@@ -11,14 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cloudrl import cli
+from cloudrl.scenarios.runner import ControllerSpec
 from cloudrl.scenarios.steering import (
     FEATURES,
     Comparisons,
+    EpisodeCache,
     SteerConfig,
+    features,
     green_wear,
     lc_guard,
     learn_reward,
     sample_comparisons,
+    sla_first,
+    steer_mpc_space,
+    tune_search,
 )
 
 
@@ -115,18 +121,116 @@ def test_unknown_scenario_exits_2(capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_steer_runs_on_tiny(tmp_path, capsys):
+def test_sla_first_weighs_sla_credits_ten_times_and_ignores_wear():
+    m = _metrics(energy_usd=10.0, carbon_usd=2.0, sla_usd=3.0, cost_usd=15.0, transitions=999)
+    assert sla_first(m) == pytest.approx(10.0 + 2.0 + 30.0)
+    assert sla_first({**m, "transitions": 0.0}) == sla_first(m)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31))
+def test_steer_mpc_space_adds_the_operator_weights_within_their_ranges(seed):
+    p = steer_mpc_space(np.random.default_rng(seed))
+    assert set(p) == {"max_util", "ready_hedge", "shortfall_factor", "carbon_weight"}
+    assert 1.0 <= p["shortfall_factor"] <= 30.0 and 0.5 <= p["carbon_weight"] <= 8.0
+    assert p == steer_mpc_space(np.random.default_rng(seed))
+
+
+def test_mpc_carbon_weight_scales_only_the_carbon_part_of_the_planned_price(monkeypatch):
+    """The plan prices a grid kWh at price + w * carbon * tariff: w=1 is the cost's own
+    price (the default, unchanged), w=0 drops carbon, and the difference is linear in w."""
+    import cloudrl.mpc.forecast_mpc as fm
+    from envs.scenario.catalog import load_scenario
+    from envs.scenario.sim import ScenarioSim
+
+    seen = []
+    real = fm.solve
+    monkeypatch.setattr(fm, "solve", lambda p: seen.append(p) or real(p))
+    scn = load_scenario("scarcity_spikes")
+    grid = {}
+    for w in (None, 0.0, 1.0, 3.0):
+        sim = ScenarioSim(scn)
+        sim.reset(3)
+        mpc = fm.ForecastMPC(fm.MPCConfig() if w is None else fm.MPCConfig(carbon_weight=w))
+        mpc.reset(sim)
+        mpc.decide(sim)
+        grid[w] = seen[-1].grid_usd_per_kwh
+    np.testing.assert_array_equal(grid[None], grid[1.0])
+    carbon = grid[1.0] - grid[0.0]
+    assert carbon.min() > 0
+    np.testing.assert_allclose(grid[3.0] - grid[0.0], 3 * carbon, rtol=1e-9)
+    with pytest.raises(ValueError, match="carbon_weight"):
+        fm.MPCConfig(carbon_weight=-1.0)
+
+
+def test_tune_search_reports_each_run_seeds_learned_reward_and_replays_only_the_missing(
+        ray_session, tmp_path):
+    """One Tune trial per point; a cached episode is not replayed (its sentinel metrics come
+    back), the rest are played and join the cache; every run seed's objective is its reward
+    model's mean score of exactly those episodes."""
+    from envs.scenario.catalog import load_scenario
+
+    scn = load_scenario("tiny")
+    specs = [ControllerSpec("signal_aware", {}), ControllerSpec("mpc", {"max_util": 0.7})]
+    seeds = [100_001, 100_002]
+    cache = EpisodeCache(tmp_path / "c.json")
+    sentinel = {**_metrics(cost_usd=123.0, energy_usd=100.0, sla_usd=23.0), "jobs_lc": 1.0}
+    cache.data[cache.key("tiny", specs[0], seeds[0])] = sentinel
+    pool = np.random.default_rng(0).uniform(0, 10, (12, len(FEATURES)))
+    u = pool[:, 0]
+    models = {rs: learn_reward(pool, sample_comparisons(u, 60, 0.0, np.random.default_rng(rs)),
+                               seed=rs)[0] for rs in (0, 5)}
+    reps = tune_search(scn, specs, seeds, cache, models, "sla_first", workers=2)
+    assert reps[0]["episodes"][0] == sentinel  # from the cache, not replayed
+    assert reps[0]["episodes"][1]["cost_usd"] != 123.0
+    for rep in reps:
+        f = features(rep["episodes"])
+        for rs, model in models.items():
+            assert rep[f"learned_reward_run{rs}"] == pytest.approx(model.score(f).mean())
+        assert rep["hidden_utility"] == pytest.approx(
+            np.mean([sla_first(m) for m in rep["episodes"]]))
+    reread = EpisodeCache(tmp_path / "c.json")
+    assert reread.data[reread.key("tiny", specs[1], seeds[1])] == reps[1]["episodes"][1]
+
+
+def test_learned_without_a_checkpoint_to_start_from_exits_2_before_anything_runs(
+        tmp_path, capsys):
+    code = cli.main(["scenarios", "steer", "--scenario", "tiny", "--utility", "sla_first",
+                     "--learned", "--init-checkpoint", str(tmp_path / "none"),
+                     "--cache", str(tmp_path / "c.json")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "none" in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_steer_runs_on_tiny_with_the_learned_family(ray_session, tmp_path, capsys):
+    import torch
+
+    from cloudrl.algorithms.distill.policy import build_module, save_checkpoint
+
+    torch.manual_seed(0)
+    save_checkpoint(build_module((16,)), tmp_path / "start", (16,), {"scenario": "tiny"})
     out = tmp_path / "steer.json"
     code = cli.main(["scenarios", "steer", "--scenario", "tiny", "--utility", "green_wear",
                      "--comparisons", "40", "--pool-heuristic", "3", "--pool-mpc", "1",
-                     "--pool-seeds", "1", "--tune-heuristic", "3", "--tune-mpc", "1",
+                     "--pool-seeds", "1", "--tune-heuristic", "3", "--tune-mpc", "2",
                      "--tune-seeds", "1", "--n-test-seeds", "2", "--run-seed", "0",
-                     "--workers", "1", "--cache", str(tmp_path / "cache.json"),
-                     "--json", str(out)])
+                     "--workers", "2", "--cache", str(tmp_path / "cache.json"),
+                     "--learned", "--init-checkpoint", str(tmp_path / "start"),
+                     "--learned-out", str(tmp_path / "learned"), "--learned-expert-seeds",
+                     "1", "--learned-rounds", "1", "--learned-round-seeds", "1",
+                     "--learned-val-seeds", "1", "--json", str(out)])
     assert code == 0
     assert "gap closed" in capsys.readouterr().out
     doc = json.loads(out.read_text())
-    policies = {r["policy"] for r in doc["rows"]}
-    assert {"default-tuned", "hidden-tuned", "steered (run 0)"} <= policies
+    rows = {(r["family"], r["policy"]) for r in doc["rows"]}
+    for fam in ("heuristic", "MPC", "learned"):
+        assert {(fam, "default-tuned"), (fam, "hidden-tuned"), (fam, "steered (run 0)")} <= rows
     assert doc["reward_models"][0]["n_train"] == 32
+    steered = doc["chosen"]["steered0/learned"]
+    # the fine-tune's teacher is the steered MPC; its checkpoint exists and is a new one
+    assert steered["params"] == doc["chosen"]["steered0/mpc"]["params"]
+    assert (tmp_path / "learned" / "tiny" / "green_wear" / "steered-run0" / "policy.pt").exists()
+    assert doc["chosen"]["default/learned"]["checkpoint"] == str(tmp_path / "start")
     assert (tmp_path / "cache.json").exists()

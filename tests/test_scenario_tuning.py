@@ -35,7 +35,7 @@ def test_search_points_are_seeded_and_start_with_the_defaults():
     assert points[1:4] != search_points("signal_aware", 4, seed=4)[1:4]
     mpc = search_points("mpc", 3, seed=0)
     assert len(mpc) == 3 and mpc[0] == {k: v for k, v in asdict(MPCConfig()).items()
-                                        if k != "horizon_hours"}
+                                        if k not in ("horizon_hours", "carbon_weight")}
     assert search_points("signal_aware", 1) == [asdict(SignalAwareConfig())]
     with pytest.raises(ValueError, match="'signal_aware' or 'mpc'"):
         search_points("oracle", 2)

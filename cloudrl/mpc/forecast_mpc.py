@@ -34,12 +34,18 @@ class MPCConfig:
     ready_hedge: float = 0.25  # ready cores cover the forecast load times (1 + hedge)
     shortfall_factor: float = 3.0  # work past its deadline costs this x its SLA penalty
     horizon_hours: float | None = None  # None: the signals' forecast horizon
+    # the plan's carbon price is the tariff's times this (an operator's internal carbon
+    # price; 1: the tariff, what the cost counts)
+    carbon_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.max_util <= 1.5:
             raise ValueError(f"MPCConfig.max_util must be in (0, 1.5], got {self.max_util}")
         if self.ready_hedge < 0 or self.shortfall_factor <= 0:
             raise ValueError("MPCConfig.ready_hedge must be >= 0 and shortfall_factor > 0")
+        if not 0 <= self.carbon_weight <= 100:
+            raise ValueError(f"MPCConfig.carbon_weight must be in [0, 100], got "
+                             f"{self.carbon_weight}")
 
 
 class ForecastMPC:
@@ -105,8 +111,9 @@ class ForecastMPC:
         avail_tick = arriving.copy()
         avail_tick[0] += work.sum()
         problem = FluidProblem(
-            grid_usd_per_kwh=per_period(grid_usd_per_kwh(price, carbon,
-                                                        cfg.cost.carbon_usd_per_tonne), d, "mean"),
+            grid_usd_per_kwh=per_period(grid_usd_per_kwh(
+                price, carbon, cfg.cost.carbon_usd_per_tonne * self.config.carbon_weight), d,
+                "mean"),
             export_usd_per_kwh=(cfg.signals.export_price_usd_per_mwh or 0.0) / 1000.0,
             base_kwh=per_period(cfg.cost.pue * base_w * tick_h / 1000.0, d),
             solar_kwh=per_period(solar * tick_h, d),

@@ -17,20 +17,28 @@ def _cmd_steer(args: argparse.Namespace) -> int:
         run_seeds = tuple(args.run_seed) if args.run_seed else (0, 1, 2)
         kw = {k: getattr(args, k) for k in ("pool_heuristic", "pool_mpc", "pool_seeds",
                                              "tune_heuristic", "tune_mpc", "tune_seeds",
-                                             "workers") if getattr(args, k) is not None}
+                                             "workers", "init_checkpoint", "learned_out",
+                                             "learned_expert_seeds", "learned_rounds",
+                                             "learned_round_seeds", "learned_val_seeds")
+              if getattr(args, k) is not None}
         from cloudrl.scenarios.steering import SteerConfig
 
         cfg = SteerConfig(scenario=args.scenario, utility=args.utility,
                           n_comparisons=args.comparisons, noise=args.noise,
                           run_seeds=run_seeds, n_test_seeds=args.n_test_seeds,
-                          cache=None if args.no_cache else args.cache, **kw)
+                          cache=None if args.no_cache else args.cache, learned=args.learned,
+                          **kw)
     except ValueError as e:
         print(f"cloudrl: steer: {e}", file=sys.stderr)
         return 2
     scn = load_scenario(args.scenario)  # an unknown name: one line, exit 2 (cloudrl.cli)
     from cloudrl.scenarios.steering import steer
 
-    res = steer(scn, cfg)
+    try:
+        res = steer(scn, cfg)
+    except ValueError as e:  # e.g. --learned without a checkpoint to start from
+        print(f"cloudrl: steer: {e}", file=sys.stderr)
+        return 2
     print("\n" + res.table)
     if args.json:
         out = Path(args.json)
@@ -46,7 +54,7 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
                                      "reward -> the heuristic and the MPC tuned on it")
     st.add_argument("--scenario", required=True)
     st.add_argument("--utility", required=True,
-                    help="the operator's hidden utility: lc_guard | green_wear")
+                    help="the operator's hidden utility: lc_guard | green_wear | sla_first")
     st.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
     st.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
     st.add_argument("--run-seed", type=int, nargs="+",
@@ -60,6 +68,19 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
     st.add_argument("--tune-mpc", type=int, help="MPC search points")
     st.add_argument("--tune-seeds", type=int, help="validation seeds for the search")
     st.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    st.add_argument("--learned", action="store_true",
+                    help="also steer the learned family: DAgger fine-tunes of "
+                         "--init-checkpoint towards the steered MPC, kept by the learned reward")
+    st.add_argument("--init-checkpoint",
+                    help="the learned checkpoint to fine-tune (default: checkpoints/SCENARIO)")
+    st.add_argument("--learned-out", help="where the fine-tuned checkpoints go "
+                                          "(default: results/steer/learned)")
+    st.add_argument("--learned-expert-seeds", type=int,
+                    help="train seeds the steered MPC demonstrates (default 10)")
+    st.add_argument("--learned-rounds", type=int, help="DAgger rounds (default 2)")
+    st.add_argument("--learned-round-seeds", type=int, help="train seeds per round (default 4)")
+    st.add_argument("--learned-val-seeds", type=int,
+                    help="validation seeds that pick the round kept (default 8)")
     st.add_argument("--cache", default="results/steer/episodes.json",
                     help="episode cache (JSON), shared across utilities and run seeds")
     st.add_argument("--no-cache", action="store_true", help="do not read or write the cache")

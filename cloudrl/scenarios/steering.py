@@ -9,24 +9,35 @@ Hidden utilities (a cost in $ per episode, lower is better; ``m`` is an episode'
   plus $50 per 0.01 percentage point of latency-critical violation rate above 0.03%.
 - ``green_wear``: ``energy_usd + sla_usd + 4 * carbon_usd + 0.03 * transitions`` -- carbon
   at 4x its tariff (an internal carbon price) plus $0.03 of wear per power-state transition.
+- ``sla_first``: ``energy_usd + carbon_usd + 10 * sla_usd`` -- SLA credits weigh 10x their
+  tariff (what a missed deadline costs this operator in churn and credits).
 
 Steps (``steer``):
 
 1. Pool (TRAIN seeds only): the heuristic and the MPC at random points of
-   ``tuning.heuristic_space`` / ``mpc_space`` (and the rule's run-at-once corner), each
-   played on a few train seeds; fixed by ``pool_seed``, shared by every run seed.
+   ``tuning.heuristic_space`` / :func:`steer_mpc_space` (and the rule's run-at-once
+   corner), each played on a few train seeds; fixed by ``pool_seed``, shared by every run
+   seed. The MPC's space adds the operator's weights the plan can carry (its carbon price
+   and its penalty for late batch work) to the two knobs cost tuning searches.
 2. Comparisons (per run seed): ``n_comparisons`` random pairs of pool episodes labelled by
    the hidden utility, ``noise`` of the labels flipped (seeded by the run seed).
 3. Reward model (per run seed): Bradley-Terry over the episode's summary features,
    normalised by the pool's mean and spread; a linear term plus a small MLP (32 tanh
    units, Adam, weight decay 1e-2, 300 full-batch steps); 20% of the
    comparisons held out for the pair accuracy (against the noisy labels and the true ones).
-4. Tuning (VALIDATION seeds): a random search of each family (the default-tuned point
-   first) scored once; the steered point maximises the learned reward, the hidden-tuned
-   reference minimises the hidden utility itself (the ceiling of this search), the
-   default-tuned one is the project's cost-tuned point (``DEFAULT_TUNED``; the search's
-   lowest mean cost where none is known).
-5. Test (TEST seeds): every chosen point under the hidden utility, paired by seed, 95%
+4. Tuning (VALIDATION seeds): a Ray Tune search of each family (:func:`tune_search`: trial
+   ``i`` plays point ``i`` of a seeded random list, the default-tuned point first, on the
+   validation seeds and reports every run seed's mean learned reward, the objective); the
+   steered point maximises the learned reward, the hidden-tuned reference minimises the
+   hidden utility itself (the ceiling of this search), the default-tuned one is the
+   project's cost-tuned point (``DEFAULT_TUNED``; the search's lowest mean cost where
+   none is known).
+5. Learned policy (optional, :func:`steer_learned`): the cost-tuned learned checkpoint
+   is fine-tuned by DAgger towards the steered MPC, and the round kept is the one with
+   the best mean learned reward on validation seeds (the start competes too); the
+   hidden-tuned reference is the same fine-tune towards the hidden-tuned MPC, kept by the
+   hidden utility.
+6. Test (TEST seeds): every chosen point under the hidden utility, paired by seed, 95%
    t-intervals; the gap closed is (U(default) - U(steered)) / (U(default) - U(hidden)).
 
 Episodes are cached by (scenario, kind, parameters, seed) in a JSON file, so the two
@@ -35,8 +46,11 @@ utilities and the run seeds share every episode they can.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +70,7 @@ LC_STEP = 0.0001  # 0.01 percentage point
 LC_PRICE = 50.0  # $ per step above the threshold
 CARBON_WEIGHT = 4.0
 WEAR_USD = 0.03  # $ per power-state transition
+SLA_WEIGHT = 10.0
 
 
 def lc_guard(m: dict[str, float]) -> float:
@@ -69,8 +84,13 @@ def green_wear(m: dict[str, float]) -> float:
                  + WEAR_USD * m["transitions"])
 
 
+def sla_first(m: dict[str, float]) -> float:
+    """energy_usd + carbon_usd + 10 * sla_usd ($, lower is better)."""
+    return float(m["energy_usd"] + m["carbon_usd"] + SLA_WEIGHT * m["sla_usd"])
+
+
 UTILITIES: dict[str, Callable[[dict[str, float]], float]] = {
-    "lc_guard": lc_guard, "green_wear": green_wear}
+    "lc_guard": lc_guard, "green_wear": green_wear, "sla_first": sla_first}
 
 # the summary metrics the reward model sees (no job counts: they are the seed's, not the
 # behaviour's; no timings)
@@ -87,7 +107,17 @@ DEFAULT_TUNED: dict[str, dict[str, dict[str, Any]]] = {
         "mpc": {"max_util": 0.6143407333776681, "ready_hedge": 0.009916581317117456}},
 }
 FAMILIES = ("signal_aware", "mpc")
-FAMILY_NAMES = {"signal_aware": "heuristic", "mpc": "MPC"}
+FAMILY_NAMES = {"signal_aware": "heuristic", "mpc": "MPC", "learned": "learned"}
+
+
+def steer_mpc_space(rng: np.random.Generator) -> dict[str, Any]:
+    """``tuning.mpc_space`` plus the weights an operator's objective can put in the plan:
+    the penalty factor for late batch work (1..30, log-uniform) and the multiple of the
+    carbon tariff the plan prices (0.5..8, log-uniform)."""
+    p = mpc_space(rng)
+    p["shortfall_factor"] = float(np.exp(rng.uniform(np.log(1.0), np.log(30.0))))
+    p["carbon_weight"] = float(np.exp(rng.uniform(np.log(0.5), np.log(8.0))))
+    return p
 
 
 # ------------------------------------------------------------------ episodes, cached
@@ -265,6 +295,16 @@ class SteerConfig:
     tune_seed: int = 1
     workers: int | None = None
     cache: str | None = "results/steer/episodes.json"
+    # the learned family (off unless ``learned``): a DAgger fine-tune of ``init_checkpoint``
+    learned: bool = False
+    init_checkpoint: str | None = None  # default: checkpoints/<scenario> when it exists
+    learned_out: str = "results/steer/learned"
+    learned_expert_seeds: int = 10
+    learned_rounds: int = 2
+    learned_round_seeds: int = 4
+    learned_val_seeds: int = 8
+    learned_bc_epochs: int = 20
+    learned_round_epochs: int = 15
 
     def __post_init__(self) -> None:
         if self.utility not in UTILITIES:
@@ -273,15 +313,24 @@ class SteerConfig:
             raise ValueError(f"--comparisons must be in [2, 1000], got {self.n_comparisons}")
         if not 0.0 <= self.noise <= 0.5:
             raise ValueError(f"--noise must be in [0, 0.5], got {self.noise}")
-        for name in ("n_test_seeds", "pool_seeds", "tune_seeds"):
+        for name in ("n_test_seeds", "pool_seeds", "tune_seeds", "learned_val_seeds"):
             v = getattr(self, name)
             if not 1 <= v <= 50:
                 raise ValueError(f"{name} must be in [1, 50], got {v}")
-        for name in ("pool_heuristic", "pool_mpc", "tune_heuristic", "tune_mpc"):
+        for name in ("pool_heuristic", "pool_mpc", "tune_heuristic", "tune_mpc",
+                     "learned_expert_seeds", "learned_bc_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.run_seeds:
             raise ValueError("at least one run seed")
+        if self.learned:  # before anything runs: the start must load
+            from cloudrl.algorithms.distill.policy import load_checkpoint
+
+            load_checkpoint(self.init_checkpoint or f"checkpoints/{self.scenario}")
+        if self.learned_rounds < 0 or self.learned_round_seeds < 0 or \
+                self.learned_round_epochs < 0:
+            raise ValueError("learned_rounds, learned_round_seeds and learned_round_epochs "
+                             "must be >= 0")
 
 
 def pool_specs(cfg: SteerConfig) -> list[ControllerSpec]:
@@ -289,7 +338,7 @@ def pool_specs(cfg: SteerConfig) -> list[ControllerSpec]:
     specs = [ControllerSpec("signal_aware", dict(RUN_AT_ONCE_LIKE)), ControllerSpec("mpc", {})]
     specs += [ControllerSpec("signal_aware", heuristic_space(rng))
               for _ in range(cfg.pool_heuristic)]
-    specs += [ControllerSpec("mpc", mpc_space(rng)) for _ in range(cfg.pool_mpc)]
+    specs += [ControllerSpec("mpc", steer_mpc_space(rng)) for _ in range(cfg.pool_mpc)]
     return specs
 
 
@@ -301,7 +350,7 @@ def search_specs(cfg: SteerConfig, default: dict[str, dict[str, Any]]
     h += [ControllerSpec("signal_aware", heuristic_space(rng))
           for _ in range(max(cfg.tune_heuristic - 2, 0))]
     m = [ControllerSpec("mpc", default.get("mpc", {}))]
-    m += [ControllerSpec("mpc", mpc_space(rng)) for _ in range(max(cfg.tune_mpc - 1, 0))]
+    m += [ControllerSpec("mpc", steer_mpc_space(rng)) for _ in range(max(cfg.tune_mpc - 1, 0))]
     return {"signal_aware": _unique(h)[:max(cfg.tune_heuristic, 1)],
             "mpc": _unique(m)[:max(cfg.tune_mpc, 1)]}
 
@@ -318,6 +367,161 @@ class SteerResult:
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config, "rows": self.rows, "reward_models": self.reward_models,
                 "chosen": self.chosen, "wall_s": self.wall_s, "table": self.table}
+
+
+def _search_trial(config: dict[str, Any], scn: ScenarioConfig, specs: list[ControllerSpec],
+                  seeds: list[int], cached: list[list[dict[str, float] | None]],
+                  models: dict[int, RewardModel], utility: str) -> None:
+    """One Tune trial: point ``config["point"]`` on every validation seed (cached episodes
+    are not replayed); reports each run seed's mean learned reward, the hidden utility's
+    mean (for the reference only) and the episodes."""
+    from ray import tune as rtune
+
+    i = int(config["point"])
+    have = cached[i]
+    missing = [k for k, m in zip(seeds, have, strict=True) if m is None]
+    played = {}
+    if missing:
+        (res,) = run_controllers(scn, [specs[i]], missing, workers=1)
+        played = dict(zip(missing, res, strict=True))
+    eps = [m if m is not None else played[k] for k, m in zip(seeds, have, strict=True)]
+    feats = features(eps)
+    report: dict[str, Any] = {
+        f"learned_reward_run{rs}": float(model.score(feats).mean())
+        for rs, model in models.items()}
+    report.update({"hidden_utility": float(np.mean([UTILITIES[utility](m) for m in eps])),
+                   "cost_usd": float(np.mean([m["cost_usd"] for m in eps])),
+                   "episodes": json.dumps(eps)})  # a string: Tune's loggers skip it
+    rtune.report(report)
+
+
+def _fit(scn: ScenarioConfig, specs: list[ControllerSpec], seeds: list[int],
+         cached: list[list[dict[str, float] | None]], models: dict[int, RewardModel],
+         utility: str, concurrent: int, first: str, name: str) -> Any:
+    from ray import tune as rtune
+
+    from cloudrl.scenarios.tuning import _quiet_tune, _ray, _storage
+
+    with _quiet_tune(), _ray(concurrent), _storage(None) as storage:
+        trainable = rtune.with_resources(rtune.with_parameters(
+            _search_trial, scn=scn, specs=specs, seeds=seeds, cached=cached, models=models,
+            utility=utility), {"cpu": 1})
+        tuner = rtune.Tuner(
+            trainable, param_space={"point": rtune.grid_search(list(range(len(specs))))},
+            tune_config=rtune.TuneConfig(metric=first, mode="max", num_samples=1,
+                                         max_concurrent_trials=concurrent,
+                                         reuse_actors=True),
+            run_config=rtune.RunConfig(name=name, storage_path=storage, verbose=0))
+        grid = tuner.fit()
+    return grid
+
+
+def tune_search(scn: ScenarioConfig, specs: list[ControllerSpec], seeds: list[int],
+                cache: EpisodeCache, models: dict[int, RewardModel], utility: str,
+                workers: int | None = None) -> list[dict[str, Any]]:
+    """The search of one family as a Ray Tune run: a grid over the point indices, one trial
+    per point (at most ``workers`` at once, one CPU each), the objective each run seed's
+    mean learned reward (maximised). Returns, per point in order, the trial's report; the
+    episodes it played join ``cache``."""
+    cached = [[cache.data.get(cache.key(scn.name, sp, k)) for k in seeds] for sp in specs]
+    concurrent = max(1, min(workers or os.cpu_count() or 1, len(specs)))
+    first = f"learned_reward_run{min(models)}"
+    name = f"steer-{scn.name}-{utility}-{specs[0].kind}-{uuid.uuid4().hex[:6]}"
+    grid = _fit(scn, specs, seeds, cached, models, utility, concurrent, first, name)
+    by: dict[int, dict[str, Any]] = {}
+    for r in grid:
+        if r.error is not None or first not in (r.metrics or {}):
+            raise RuntimeError(f"steer search: trial {r.config} failed: {r.error}")
+        by[int(r.config["point"])] = dict(r.metrics)
+    out = [by[i] for i in range(len(specs))]
+    for sp, rep in zip(specs, out, strict=True):
+        rep["episodes"] = json.loads(rep["episodes"])
+        for k, m in zip(seeds, rep["episodes"], strict=True):
+            cache.data[cache.key(scn.name, sp, k)] = {a: float(v) for a, v in m.items()}
+    cache.save()
+    return out
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256((path / "policy.pt").read_bytes()).hexdigest()[:16]
+
+
+def _learned_spec(path: Path) -> ControllerSpec:
+    return ControllerSpec("learned", {"checkpoint": str(path), "sha": _digest(path)})
+
+
+def _fine_tune(args: tuple) -> dict[str, Any]:
+    """One DAgger fine-tune (a worker process): teacher MPC ``params``, round kept by
+    ``objective`` (a learned reward model, or a hidden utility's name)."""
+    scn, cfg, params, run_seed, objective, out = args
+    from cloudrl.algorithms.distill.command import train_to_dir
+    from cloudrl.algorithms.distill.config import DistillConfig
+    from cloudrl.quiet import quiet_library_logs
+
+    quiet_library_logs()
+    torch.set_num_threads(1)
+    if isinstance(objective, str):
+        score = UTILITIES[objective]
+    else:
+        def score(m: dict[str, float]) -> float:
+            return -float(objective.score(features([m]))[0])
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    hiddens = tuple(load_checkpoint(cfg["init"])[1]["model_config"]["hiddens"])
+    dc = DistillConfig(run_seed=run_seed, mpc_params=params, init_checkpoint=cfg["init"],
+                       hiddens=hiddens,
+                       n_expert_seeds=cfg["expert_seeds"], dagger_rounds=cfg["rounds"],
+                       dagger_seeds_per_round=cfg["round_seeds"], n_val_seeds=cfg["val_seeds"],
+                       bc_epochs=cfg["bc_epochs"], round_epochs=cfg["round_epochs"])
+    tag = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    lines: list[str] = []
+    res = train_to_dir(scn, dc, out, Path(out).parent / f"expert-{tag}.npz",
+                       command="cloudrl scenarios steer --learned (fine-tune)",
+                       objective=score, log=lines.append)
+    return {"checkpoint": str(out), "kept_round": res.best_round, "rounds": res.rounds,
+            "log": lines, "teacher": params, "run_seed": run_seed}
+
+
+def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[str, Any]],
+                  models: dict[int, RewardModel], log: Callable[[str], None] = print
+                  ) -> dict[str, ControllerSpec]:
+    """The learned family: the cost-tuned checkpoint (default-tuned), its fine-tune towards
+    each run seed's steered MPC kept by that run seed's learned reward (steered), and its
+    fine-tune towards the hidden-tuned MPC kept by the hidden utility (hidden-tuned, the
+    first run seed's). Fine-tunes run side by side in ``workers`` processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    init = cfg.init_checkpoint or f"checkpoints/{scn.name}"
+    root = Path(cfg.learned_out) / scn.name / cfg.utility
+    kw = {"init": init, "expert_seeds": cfg.learned_expert_seeds, "rounds": cfg.learned_rounds,
+          "round_seeds": cfg.learned_round_seeds, "val_seeds": cfg.learned_val_seeds,
+          "bc_epochs": cfg.learned_bc_epochs, "round_epochs": cfg.learned_round_epochs}
+    jobs = [(scn, kw, chosen[f"steered{rs}/mpc"]["params"], rs, models[rs],
+             root / f"steered-run{rs}") for rs in cfg.run_seeds]
+    rs0 = cfg.run_seeds[0]
+    jobs.append((scn, kw, chosen["hidden/mpc"]["params"], rs0, cfg.utility,
+                 root / f"hidden-run{rs0}"))
+    workers = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(_fine_tune, jobs))
+    for d in done:
+        log(f"learned fine-tune -> {d['checkpoint']}: kept round {d['kept_round']} "
+            f"(validation: " + ", ".join(f"{r['round']}: {r['val_cost']:.2f}"
+                                         for r in d["rounds"]) + ")")
+    log(f"learned fine-tunes: {len(jobs)} in {time.perf_counter() - t0:.0f} s")
+    specs = {"default/learned": _learned_spec(Path(init))}
+    for rs, d in zip(cfg.run_seeds, done, strict=False):
+        specs[f"steered{rs}/learned"] = _learned_spec(Path(d["checkpoint"]))
+        chosen[f"steered{rs}/learned"] = {"params": d["teacher"], "kept_round": d["kept_round"],
+                                          "checkpoint": d["checkpoint"]}
+    specs["hidden/learned"] = _learned_spec(Path(done[-1]["checkpoint"]))
+    chosen["hidden/learned"] = {"params": done[-1]["teacher"],
+                                "kept_round": done[-1]["kept_round"],
+                                "checkpoint": done[-1]["checkpoint"]}
+    chosen["default/learned"] = {"params": {}, "checkpoint": init}
+    return specs
 
 
 def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = print
@@ -337,62 +541,71 @@ def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = pr
         f"{cfg.utility} {u_pool.min():.1f}..{u_pool.max():.1f} $ "
         f"({time.perf_counter() - t0:.0f} s)")
 
-    # 4a. the search candidates on validation seeds (shared by all run seeds)
-    default = DEFAULT_TUNED.get(scn.name, {})
-    cands = search_specs(cfg, default)
-    vseeds = list(validation_seeds(cfg.tune_seeds))
-    vres = {fam: cache.play(scn, cands[fam], vseeds, cfg.workers) for fam in FAMILIES}
-    log(f"search: {sum(len(c) for c in cands.values())} points x {len(vseeds)} validation "
-        f"seeds ({time.perf_counter() - t0:.0f} s)")
-
-    def mean_u(fam: str) -> np.ndarray:
-        return np.array([np.mean([util(m) for m in r]) for r in vres[fam]])
-
-    chosen: dict[str, dict[str, Any]] = {}
-    for fam in FAMILIES:
-        cost = np.array([np.mean([m["cost_usd"] for m in r]) for r in vres[fam]])
-        chosen[f"default/{fam}"] = {"index": 0 if fam in default else int(np.argmin(cost))}
-        chosen[f"hidden/{fam}"] = {"index": int(np.argmin(mean_u(fam)))}
-
-    # 2-4b. per run seed: comparisons, reward model, steered pick
-    models = []
+    # 2-3. per run seed: comparisons, reward model
+    models: dict[int, RewardModel] = {}
+    infos = []
     for rs in cfg.run_seeds:
         rng = np.random.default_rng([rs, 0x57EE])
         comp = sample_comparisons(u_pool, cfg.n_comparisons, cfg.noise, rng)
         model, info = learn_reward(feats, comp, seed=rs)
         info.update({"run_seed": rs, "flipped": float(comp.flipped.mean())})
-        models.append(info)
-        for fam in FAMILIES:
-            score = np.array([model.score(features(r)).mean() for r in vres[fam]])
-            chosen[f"steered{rs}/{fam}"] = {"index": int(np.argmax(score))}
+        models[rs] = model
+        infos.append(info)
         log(f"run seed {rs}: {cfg.n_comparisons} comparisons ({comp.flipped.mean():.1%} "
             f"flipped), held-out pair accuracy {info['heldout_acc_noisy']:.3f} (noisy labels) "
-            f"/ {info['heldout_acc_true']:.3f} (true order); steered picks "
-            + ", ".join(f"{FAMILY_NAMES[f]} #{chosen[f'steered{rs}/{f}']['index']}"
-                        for f in FAMILIES))
-    for k, c in chosen.items():
-        fam = k.split("/")[1]
-        spec = cands[fam][c["index"]]
-        c.update({"params": spec.params, "val_utility": float(mean_u(fam)[c["index"]])})
+            f"/ {info['heldout_acc_true']:.3f} (true order)")
 
-    # 5. test seeds, paired
+    # 4. the search (Ray Tune, validation seeds): each run seed's learned reward
+    default = DEFAULT_TUNED.get(scn.name, {})
+    cands: dict[str, list[ControllerSpec]] = search_specs(cfg, default)
+    vseeds = list(validation_seeds(cfg.tune_seeds))
+    from cloudrl.scenarios.tuning import _ray
+
+    with _ray(max(1, cfg.workers or os.cpu_count() or 1)):  # one Ray for both searches
+        reports = {fam: tune_search(scn, cands[fam], vseeds, cache, models, cfg.utility,
+                                    cfg.workers) for fam in FAMILIES}
+    log(f"search (Ray Tune): {sum(len(c) for c in cands.values())} points x {len(vseeds)} "
+        f"validation seeds ({time.perf_counter() - t0:.0f} s)")
+    chosen: dict[str, dict[str, Any]] = {}
+    specs_of: dict[str, ControllerSpec] = {}
+    for fam in FAMILIES:
+        rep = reports[fam]
+        cost = np.array([r["cost_usd"] for r in rep])
+        hid = np.array([r["hidden_utility"] for r in rep])
+        picks = {f"default/{fam}": 0 if fam in default else int(np.argmin(cost)),
+                 f"hidden/{fam}": int(np.argmin(hid))}
+        for rs in cfg.run_seeds:  # ties: the earlier point
+            picks[f"steered{rs}/{fam}"] = int(np.argmax([r[f"learned_reward_run{rs}"]
+                                                         for r in rep]))
+        for k, idx in picks.items():
+            chosen[k] = {"index": idx, "params": cands[fam][idx].params,
+                         "val_utility": float(hid[idx])}
+            specs_of[k] = cands[fam][idx]
+        log(f"{FAMILY_NAMES[fam]}: default #{picks[f'default/{fam}']}, hidden-tuned "
+            f"#{picks[f'hidden/{fam}']}, steered " + ", ".join(
+                f"#{picks[f'steered{rs}/{fam}']}" for rs in cfg.run_seeds))
+
+    # 5. the learned family (optional)
+    families = list(FAMILIES)
+    if cfg.learned:
+        specs_of.update(steer_learned(scn, cfg, chosen, models, log))
+        families.append("learned")
+
+    # 6. test seeds, paired
     tseeds = list(test_seeds(cfg.n_test_seeds))
-    specs = _unique([cands[k.split("/")[1]][c["index"]] for k, c in chosen.items()])
-    tres = cache.play(scn, specs, tseeds, cfg.workers)
-    by = {json.dumps([s.kind, s.params], sort_keys=True): r for s, r in zip(specs, tres,
-                                                                              strict=True)}
+    keys = list(specs_of)
+    tres = cache.play(scn, [specs_of[k] for k in keys], tseeds, cfg.workers)
+    metrics_of = dict(zip(keys, tres, strict=True))
 
     def test_u(k: str) -> np.ndarray:
-        spec = cands[k.split("/")[1]][chosen[k]["index"]]
-        return np.array([util(m) for m in by[json.dumps([spec.kind, spec.params],
-                                                        sort_keys=True)]])
+        return np.array([util(m) for m in metrics_of[k]])
 
     base = test_u("default/signal_aware")
     rows = []
-    for fam in FAMILIES:
+    for fam in families:
         ud, uh = test_u(f"default/{fam}"), test_u(f"hidden/{fam}")
-        entries = [("default-tuned", f"default/{fam}", None), ("hidden-tuned", f"hidden/{fam}",
-                                                               None)]
+        entries = [("default-tuned", f"default/{fam}", None),
+                   ("hidden-tuned", f"hidden/{fam}", None)]
         entries += [(f"steered (run {rs})", f"steered{rs}/{fam}", rs) for rs in cfg.run_seeds]
         for label, key, rs in entries:
             u = test_u(key)
@@ -402,8 +615,8 @@ def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = pr
             gap = float((ud.mean() - u.mean()) / denom) if abs(denom) > 1e-9 else float("nan")
             rows.append({"family": FAMILY_NAMES[fam], "policy": label, "run_seed": rs,
                          "params": chosen[key]["params"], "utility_mean": float(u.mean()),
-                         "cost_usd_mean": float(np.mean([m["cost_usd"] for m in
-                                                         by[_k(cands, chosen, key)]])),
+                         "cost_usd_mean": float(np.mean([m["cost_usd"]
+                                                         for m in metrics_of[key]])),
                          "vs_default_heuristic": [d, lo, hi],
                          "vs_default_same_family": [dd, dlo, dhi], "gap_closed": gap,
                          "u_default_minus_u_hidden": denom})
@@ -411,15 +624,9 @@ def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = pr
         med = sorted(st, key=lambda r: r["utility_mean"])[len(st) // 2]
         rows.append({**med, "policy": f"steered (median: run {med['run_seed']})",
                      "median_of": [r["run_seed"] for r in st]})
-    res = SteerResult(asdict(cfg), rows, models, time.perf_counter() - t0,
-                      chosen={k: {kk: vv for kk, vv in v.items()} for k, v in chosen.items()})
+    res = SteerResult(asdict(cfg), rows, infos, time.perf_counter() - t0, chosen=chosen)
     res.table = format_table(res, scn.name)
     return res
-
-
-def _k(cands: dict[str, list[ControllerSpec]], chosen: dict, key: str) -> str:
-    spec = cands[key.split("/")[1]][chosen[key]["index"]]
-    return json.dumps([spec.kind, spec.params], sort_keys=True)
 
 
 def format_table(res: SteerResult, scenario: str) -> str:

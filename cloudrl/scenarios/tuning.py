@@ -87,7 +87,7 @@ def search_points(kind: str, n_samples: int, seed: int = 0) -> list[dict[str, An
         default, space = asdict(SignalAwareConfig()), heuristic_space
     elif kind == "mpc":
         default, space = {k: v for k, v in asdict(MPCConfig()).items()
-                          if k != "horizon_hours"}, mpc_space
+                          if k not in ("horizon_hours", "carbon_weight")}, mpc_space
     else:
         raise ValueError(f"tune: kind must be 'signal_aware' or 'mpc', got {kind!r}")
     rng = np.random.default_rng(seed)

@@ -9,6 +9,10 @@ validation seeds.
    seeds, the MPC labels every state it visits, the rows join the data set, the module
    trains ``round_epochs`` more epochs on all of it (warm start), and is scored again.
 4. The weights of the round with the lowest mean validation cost are returned.
+
+``objective`` replaces the validation cost by any score of an episode's metrics (lower is
+better), e.g. an operator's learned reward; with ``init_checkpoint`` the start's own
+weights compete as round ``-1``.
 """
 
 from __future__ import annotations
@@ -50,14 +54,36 @@ def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
                        "seeds": list(train_seeds(cfg.n_expert_seeds))}, sort_keys=True)
 
 
-def validation_cost(sim: ScenarioSim, module: ScenarioPolicyModule, n: int) -> float:
+Objective = Callable[[dict[str, float]], float]
+
+
+def _cost(metrics: dict[str, float]) -> float:
+    return float(metrics["cost_usd"])
+
+
+def validation_cost(sim: ScenarioSim, module: ScenarioPolicyModule, n: int,
+                    objective: Objective = _cost) -> float:
     ctrl = LearnedController(module)
-    return float(np.mean([run_episode(sim, ctrl, s).metrics["cost_usd"]
+    return float(np.mean([objective(run_episode(sim, ctrl, s).metrics)
                           for s in validation_seeds(n)]))
 
 
+def _start(cfg: DistillConfig) -> ScenarioPolicyModule:
+    if cfg.init_checkpoint is None:
+        return build_module(cfg.hiddens)
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    module, spec = load_checkpoint(cfg.init_checkpoint)
+    if tuple(spec["model_config"]["hiddens"]) != tuple(cfg.hiddens):
+        raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: hidden sizes "
+                         f"{spec['model_config']['hiddens']}, the config asks for "
+                         f"{list(cfg.hiddens)}")
+    return module.train()
+
+
 def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | None = None,
-            log: Callable[[str], None] = print) -> DistillResult:
+            log: Callable[[str], None] = print, objective: Objective | None = None
+            ) -> DistillResult:
     t0 = time.perf_counter()
     torch.manual_seed(cfg.run_seed)
     sim = ScenarioSim(scn)
@@ -75,14 +101,13 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
         log(f"expert: {len(demos)} rows loaded from {expert_cache}")
     rng = np.random.default_rng(cfg.run_seed)
     pool = [int(s) for s in rng.permutation(list(train_seeds(50))[cfg.n_expert_seeds:])]
-    module = build_module(cfg.hiddens)
-    opt = fit(module, demos.obs, demos.actions, cfg.bc_epochs, cfg.batch_size, cfg.lr,
-              cfg.weight_decay, cfg.run_seed)
+    objective = objective or _cost
+    module = _start(cfg)
     rounds: list[dict[str, Any]] = []
     states: list[dict[str, torch.Tensor]] = []
 
     def score(k: int, train_cost: float | None, seeds: list[int]) -> None:
-        val = validation_cost(sim, module, cfg.n_val_seeds)
+        val = validation_cost(sim, module, cfg.n_val_seeds, objective)
         rounds.append({"round": k, "rows": len(demos), "val_cost": val,
                        "train_loss": evaluate_loss(module, demos.obs, demos.actions),
                        "dagger_train_cost": train_cost, "dagger_seeds": seeds,
@@ -92,6 +117,10 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
             f"validation cost {val:.2f}" + ("" if train_cost is None
                                               else f", its DAgger episodes {train_cost:.2f}"))
 
+    if cfg.init_checkpoint is not None:
+        score(-1, None, [])  # the start itself
+    opt = fit(module, demos.obs, demos.actions, cfg.bc_epochs, cfg.batch_size, cfg.lr,
+              cfg.weight_decay, cfg.run_seed)
     score(0, None, [])
     for k in range(1, cfg.dagger_rounds + 1):
         seeds = pool[(k - 1) * cfg.dagger_seeds_per_round:k * cfg.dagger_seeds_per_round]
@@ -102,5 +131,7 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
         score(k, float(np.mean(list(new.episode_costs.values()))), seeds)
     best = int(np.argmin([r["val_cost"] for r in rounds]))
     module.load_state_dict(states[best])
-    log(f"kept round {best} (validation cost {rounds[best]['val_cost']:.2f})")
-    return DistillResult(module.eval(), best, rounds, len(demos), time.perf_counter() - t0)
+    kept = rounds[best]["round"]
+    log(f"kept round {kept} (validation {'cost' if objective is _cost else 'objective'} "
+        f"{rounds[best]['val_cost']:.2f})")
+    return DistillResult(module.eval(), kept, rounds, len(demos), time.perf_counter() - t0)

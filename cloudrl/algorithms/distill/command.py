@@ -12,11 +12,12 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from cloudrl.algorithms.distill.algorithm import DistillResult, distill
+from cloudrl.algorithms.distill.algorithm import DistillResult, Objective, distill
 from cloudrl.algorithms.distill.config import DistillConfig
 from cloudrl.algorithms.distill.policy import save_checkpoint
 from cloudrl.protocol import train_seeds, validation_seeds
@@ -38,9 +39,13 @@ def machine() -> dict[str, object]:
 
 
 def train_to_dir(scn: ScenarioConfig, cfg: DistillConfig, out: str | Path,
-                 expert_cache: str | Path | None = None, command: str = "") -> DistillResult:
+                 expert_cache: str | Path | None = None, command: str = "",
+                 objective: Objective | None = None, log: Callable[[str], None] = print
+                 ) -> DistillResult:
+    """Distil (``objective`` picks the round kept; default: validation cost) and write the
+    checkpoint with its manifest to ``out``."""
     t0 = time.perf_counter()
-    res = distill(scn, cfg, expert_cache)
+    res = distill(scn, cfg, expert_cache, log=log, objective=objective)
     out = save_checkpoint(res.module, out, cfg.hiddens,
                           {"scenario": scn.name, "config": cfg.to_dict()})
     manifest = {
@@ -56,5 +61,5 @@ def train_to_dir(scn: ScenarioConfig, cfg: DistillConfig, out: str | Path,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (
             time.perf_counter() - t0)))}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    print(f"wrote {out} (round {res.best_round}, {manifest['wall_s']:.0f} s)")
+    log(f"wrote {out} (round {res.best_round}, {manifest['wall_s']:.0f} s)")
     return res

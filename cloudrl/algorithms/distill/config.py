@@ -13,7 +13,9 @@ class DistillConfig:
     Seeds: expert episodes use TRAIN seeds ``0 .. n_expert_seeds-1``; each DAgger round
     plays ``dagger_seeds_per_round`` further TRAIN seeds drawn (by ``run_seed``) from the
     rest; the round kept is the one with the lowest mean cost on ``n_val_seeds``
-    validation seeds. Test seeds are never touched.
+    validation seeds. Test seeds are never touched. ``init_checkpoint``: start from that
+    checkpoint's weights (a fine-tune; ``hiddens`` must match its own) and let it compete as round
+    ``-1``, so a fine-tune that does not help on validation keeps the start.
     """
 
     run_seed: int = 0
@@ -28,6 +30,7 @@ class DistillConfig:
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 1e-5
+    init_checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_expert_seeds", "n_val_seeds", "bc_epochs", "batch_size"):
