@@ -169,6 +169,10 @@ def test_distill_cli_writes_a_checkpoint_that_evaluate_plays(tmp_path, capsys):
       '{"max_util": 7}'], "max_util"),
     (["scenarios", "distill", "--scenario", "tiny", "--out", "{tmp}/x", "--expert-seeds",
       "0"], "n_expert_seeds"),
+    (["scenarios", "distill", "--scenario", "tiny", "--out", "{tmp}/x", "--init-checkpoint",
+      "{tmp}/nostart"], "nostart"),
+    (["scenarios", "distill", "--scenario", "tiny", "--out", "{tmp}/x", "--n-servers", "0"],
+     "--n-servers 0"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])

@@ -188,13 +188,24 @@ def _cmd_distill(args: argparse.Namespace) -> int:
     from cloudrl.algorithms.distill.config import DistillConfig
     from cloudrl.mpc.forecast_mpc import MPCConfig
 
-    cfg = load_scenario(args.scenario)
+    if args.n_servers is not None and not 1 <= args.n_servers <= 4096:
+        return _fail(f"--n-servers {args.n_servers}: expected 1..4096 servers")
+    cfg = load_scenario(args.scenario, {"fleet": {"n_servers": args.n_servers}}
+                        if args.n_servers else None)
     try:
         mpc_params = json.loads(args.mpc_params) if args.mpc_params else {}
         MPCConfig(**mpc_params)
+        extra = {}
+        if args.init_checkpoint:  # a fine-tune: the start's own hidden sizes
+            from cloudrl.algorithms.distill.policy import load_checkpoint
+
+            spec = load_checkpoint(args.init_checkpoint)[1]
+            extra = {"init_checkpoint": args.init_checkpoint,
+                     "hiddens": tuple(spec["model_config"]["hiddens"])}
         dc = DistillConfig(run_seed=args.run_seed, mpc_params=mpc_params,
                            n_expert_seeds=args.expert_seeds, dagger_rounds=args.dagger_rounds,
-                           dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds)
+                           dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds,
+                           **extra)
     except (ValueError, TypeError) as e:
         return _fail(f"distill: {e}")
     train_to_dir(cfg, dc, args.out, args.expert_cache,
@@ -336,6 +347,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--dagger-rounds", type=int, default=2)
     ds.add_argument("--dagger-seeds", type=int, default=4, help="train seeds per DAgger round")
     ds.add_argument("--val-seeds", type=int, default=4, help="validation seeds that pick the round")
+    ds.add_argument("--n-servers", type=int, help="another fleet size (1..4096; the load scales "
+                                                  "with it)")
+    ds.add_argument("--init-checkpoint", help="fine-tune this checkpoint (e.g. one trained on "
+                                              "a smaller fleet) instead of starting afresh; "
+                                              "it competes as round -1")
     ds.set_defaults(func=_cmd_distill)
     from cloudrl.scenarios.steer_cli import add_steer_parser
 
