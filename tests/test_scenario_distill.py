@@ -230,3 +230,18 @@ def test_a_fine_tune_refuses_other_hidden_sizes(tmp_path):
                         n_expert_seeds=1, dagger_rounds=0, n_val_seeds=1, bc_epochs=1)
     with pytest.raises(ValueError, match="hidden sizes"):
         distill(load_scenario("tiny"), cfg, log=lambda _: None)
+
+
+def test_the_teacher_is_the_mpc_or_the_signal_aware_rule_never_both():
+    from cloudrl.algorithms.distill.algorithm import expert_meta, teacher
+    from cloudrl.algorithms.distill.config import DistillConfig
+    from cloudrl.heuristics.signal_aware import SignalAwareDeferral
+
+    assert isinstance(teacher(DistillConfig()), ForecastMPC)
+    rule = DistillConfig(heuristic_params={"quantile": 0.4})
+    assert isinstance(teacher(rule), SignalAwareDeferral)
+    assert teacher(rule).config.quantile == 0.4
+    tiny = load_scenario("tiny")
+    assert expert_meta(tiny, rule) != expert_meta(tiny, DistillConfig())  # no shared cache
+    with pytest.raises(ValueError, match="one teacher"):
+        DistillConfig(heuristic_params={"quantile": 0.4}, mpc_params={"max_util": 0.7})

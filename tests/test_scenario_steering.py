@@ -229,8 +229,12 @@ def test_steer_runs_on_tiny_with_the_learned_family(ray_session, tmp_path, capsy
         assert {(fam, "default-tuned"), (fam, "hidden-tuned"), (fam, "steered (run 0)")} <= rows
     assert doc["reward_models"][0]["n_train"] == 32
     steered = doc["chosen"]["steered0/learned"]
-    # the fine-tune's teacher is the steered MPC; its checkpoint exists and is a new one
-    assert steered["params"] == doc["chosen"]["steered0/mpc"]["params"]
+    # the teacher: the steered point the learned reward scores higher on validation
+    fams = {"signal_aware": doc["chosen"]["steered0/signal_aware"],
+            "mpc": doc["chosen"]["steered0/mpc"]}
+    assert steered["params"] == fams[steered["teacher"]]["params"]
+    other = fams["mpc" if steered["teacher"] == "signal_aware" else "signal_aware"]
+    assert fams[steered["teacher"]]["val_learned_reward"] >= other["val_learned_reward"]
     assert (tmp_path / "learned" / "tiny" / "green_wear" / "steered-run0" / "policy.pt").exists()
     assert doc["chosen"]["default/learned"]["checkpoint"] == str(tmp_path / "start")
     assert (tmp_path / "cache.json").exists()

@@ -33,10 +33,11 @@ Steps (``steer``):
    project's cost-tuned point (``DEFAULT_TUNED``; the search's lowest mean cost where
    none is known).
 5. Learned policy (optional, :func:`steer_learned`): the cost-tuned learned checkpoint
-   is fine-tuned by DAgger towards the steered MPC, and the round kept is the one with
-   the best mean learned reward on validation seeds (the start competes too); the
-   hidden-tuned reference is the same fine-tune towards the hidden-tuned MPC, kept by the
-   hidden utility.
+   is fine-tuned by DAgger towards the steered teacher (the steered heuristic or MPC,
+   whichever the learned reward scores higher), and the round kept is the one with the
+   best mean learned reward on validation seeds (the start competes too); the
+   hidden-tuned reference is the same fine-tune towards the hidden-tuned teacher, kept by
+   the hidden utility.
 6. Test (TEST seeds): every chosen point under the hidden utility, paired by seed, 95%
    t-intervals; the gap closed is (U(default) - U(steered)) / (U(default) - U(hidden)).
 
@@ -451,9 +452,10 @@ def _learned_spec(path: Path) -> ControllerSpec:
 
 
 def _fine_tune(args: tuple) -> dict[str, Any]:
-    """One DAgger fine-tune (a worker process): teacher MPC ``params``, round kept by
-    ``objective`` (a learned reward model, or a hidden utility's name)."""
-    scn, cfg, params, run_seed, objective, out = args
+    """One DAgger fine-tune (a worker process): the teacher ``kind`` ("mpc" or
+    "signal_aware") at ``params``, the round kept by ``objective`` (a learned reward model,
+    or a hidden utility's name)."""
+    scn, cfg, kind, params, run_seed, objective, out = args
     from cloudrl.algorithms.distill.command import train_to_dir
     from cloudrl.algorithms.distill.config import DistillConfig
     from cloudrl.quiet import quiet_library_logs
@@ -468,27 +470,30 @@ def _fine_tune(args: tuple) -> dict[str, Any]:
     from cloudrl.algorithms.distill.policy import load_checkpoint
 
     hiddens = tuple(load_checkpoint(cfg["init"])[1]["model_config"]["hiddens"])
-    dc = DistillConfig(run_seed=run_seed, mpc_params=params, init_checkpoint=cfg["init"],
+    teacher = {"heuristic_params": params} if kind == "signal_aware" else {"mpc_params": params}
+    dc = DistillConfig(run_seed=run_seed, init_checkpoint=cfg["init"], **teacher,
                        hiddens=hiddens,
                        n_expert_seeds=cfg["expert_seeds"], dagger_rounds=cfg["rounds"],
                        dagger_seeds_per_round=cfg["round_seeds"], n_val_seeds=cfg["val_seeds"],
                        bc_epochs=cfg["bc_epochs"], round_epochs=cfg["round_epochs"])
-    tag = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    tag = hashlib.sha256(json.dumps([kind, params], sort_keys=True).encode()).hexdigest()[:10]
     lines: list[str] = []
     res = train_to_dir(scn, dc, out, Path(out).parent / f"expert-{tag}.npz",
                        command="cloudrl scenarios steer --learned (fine-tune)",
                        objective=score, log=lines.append)
     return {"checkpoint": str(out), "kept_round": res.best_round, "rounds": res.rounds,
-            "log": lines, "teacher": params, "run_seed": run_seed}
+            "log": lines, "teacher": kind, "teacher_params": params, "run_seed": run_seed}
 
 
 def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[str, Any]],
                   models: dict[int, RewardModel], log: Callable[[str], None] = print
                   ) -> dict[str, ControllerSpec]:
-    """The learned family: the cost-tuned checkpoint (default-tuned), its fine-tune towards
-    each run seed's steered MPC kept by that run seed's learned reward (steered), and its
-    fine-tune towards the hidden-tuned MPC kept by the hidden utility (hidden-tuned, the
-    first run seed's). Fine-tunes run side by side in ``workers`` processes."""
+    """The learned family: the cost-tuned checkpoint (default-tuned); its DAgger fine-tune
+    towards each run seed's steered point (of the heuristic or the MPC, whichever that run
+    seed's learned reward scores higher on validation), kept by the learned reward
+    (steered); and its fine-tune towards the hidden-tuned point (either family's, lower
+    hidden utility on validation), kept by the hidden utility (hidden-tuned, the first run
+    seed's). Fine-tunes run side by side in ``workers`` processes."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -497,29 +502,34 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
     kw = {"init": init, "expert_seeds": cfg.learned_expert_seeds, "rounds": cfg.learned_rounds,
           "round_seeds": cfg.learned_round_seeds, "val_seeds": cfg.learned_val_seeds,
           "bc_epochs": cfg.learned_bc_epochs, "round_epochs": cfg.learned_round_epochs}
-    jobs = [(scn, kw, chosen[f"steered{rs}/mpc"]["params"], rs, models[rs],
-             root / f"steered-run{rs}") for rs in cfg.run_seeds]
+    def best(keys: list[str], by: str, sign: float) -> tuple[str, dict[str, Any]]:
+        k = max(keys, key=lambda k: sign * chosen[k][by])  # ties: the heuristic (first)
+        return k.split("/")[1], chosen[k]["params"]
+
+    jobs = []
+    for rs in cfg.run_seeds:  # the teacher: the steered point of either family that the
+        # run seed's learned reward scores higher on the validation seeds
+        kind, params = best([f"steered{rs}/{f}" for f in FAMILIES], "val_learned_reward", 1.0)
+        jobs.append((scn, kw, kind, params, rs, models[rs], root / f"steered-run{rs}"))
     rs0 = cfg.run_seeds[0]
-    jobs.append((scn, kw, chosen["hidden/mpc"]["params"], rs0, cfg.utility,
-                 root / f"hidden-run{rs0}"))
+    kind, params = best([f"hidden/{f}" for f in FAMILIES], "val_utility", -1.0)
+    jobs.append((scn, kw, kind, params, rs0, cfg.utility, root / f"hidden-run{rs0}"))
     workers = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(_fine_tune, jobs))
     for d in done:
-        log(f"learned fine-tune -> {d['checkpoint']}: kept round {d['kept_round']} "
-            f"(validation: " + ", ".join(f"{r['round']}: {r['val_cost']:.2f}"
-                                         for r in d["rounds"]) + ")")
+        log(f"learned fine-tune -> {d['checkpoint']} (teacher {d['teacher']}): kept round "
+            f"{d['kept_round']} (validation: " + ", ".join(
+                f"{r['round']}: {r['val_cost']:.2f}" for r in d["rounds"]) + ")")
     log(f"learned fine-tunes: {len(jobs)} in {time.perf_counter() - t0:.0f} s")
     specs = {"default/learned": _learned_spec(Path(init))}
-    for rs, d in zip(cfg.run_seeds, done, strict=False):
-        specs[f"steered{rs}/learned"] = _learned_spec(Path(d["checkpoint"]))
-        chosen[f"steered{rs}/learned"] = {"params": d["teacher"], "kept_round": d["kept_round"],
-                                          "checkpoint": d["checkpoint"]}
-    specs["hidden/learned"] = _learned_spec(Path(done[-1]["checkpoint"]))
-    chosen["hidden/learned"] = {"params": done[-1]["teacher"],
-                                "kept_round": done[-1]["kept_round"],
-                                "checkpoint": done[-1]["checkpoint"]}
+    keys = [f"steered{rs}/learned" for rs in cfg.run_seeds] + ["hidden/learned"]
+    for key, d in zip(keys, done, strict=True):
+        specs[key] = _learned_spec(Path(d["checkpoint"]))
+        chosen[key] = {"params": d["teacher_params"], "teacher": d["teacher"],
+                       "kept_round": d["kept_round"], "checkpoint": d["checkpoint"],
+                       "rounds": d["rounds"]}
     chosen["default/learned"] = {"params": {}, "checkpoint": init}
     return specs
 
@@ -580,6 +590,9 @@ def steer(scn: ScenarioConfig, cfg: SteerConfig, log: Callable[[str], None] = pr
         for k, idx in picks.items():
             chosen[k] = {"index": idx, "params": cands[fam][idx].params,
                          "val_utility": float(hid[idx])}
+            if k.startswith("steered"):
+                rs = int(k.split("/")[0].removeprefix("steered"))
+                chosen[k]["val_learned_reward"] = float(rep[idx][f"learned_reward_run{rs}"])
             specs_of[k] = cands[fam][idx]
         log(f"{FAMILY_NAMES[fam]}: default #{picks[f'default/{fam}']}, hidden-tuned "
             f"#{picks[f'hidden/{fam}']}, steered " + ", ".join(

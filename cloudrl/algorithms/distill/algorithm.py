@@ -50,8 +50,21 @@ class DistillResult:
 
 
 def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
-    return json.dumps({"scenario": scn.model_dump(mode="json"), "mpc": cfg.mpc_params,
-                       "seeds": list(train_seeds(cfg.n_expert_seeds))}, sort_keys=True)
+    meta = {"scenario": scn.model_dump(mode="json"), "mpc": cfg.mpc_params,
+            "seeds": list(train_seeds(cfg.n_expert_seeds))}
+    if cfg.heuristic_params is not None:
+        meta = {**meta, "mpc": None, "signal_aware": cfg.heuristic_params}
+    return json.dumps(meta, sort_keys=True)
+
+
+def teacher(cfg: DistillConfig):
+    """The controller imitated: the forecast MPC at ``mpc_params``, or the signal-aware
+    rule at ``heuristic_params`` when those are given."""
+    if cfg.heuristic_params is not None:
+        from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
+
+        return SignalAwareDeferral(SignalAwareConfig.from_dict(cfg.heuristic_params))
+    return ForecastMPC(MPCConfig(**cfg.mpc_params))
 
 
 Objective = Callable[[dict[str, float]], float]
@@ -87,7 +100,7 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     t0 = time.perf_counter()
     torch.manual_seed(cfg.run_seed)
     sim = ScenarioSim(scn)
-    expert = ForecastMPC(MPCConfig(**cfg.mpc_params))
+    expert = teacher(cfg)
     meta = expert_meta(scn, cfg)
     demos = Demos.load(expert_cache, meta) if expert_cache else None
     if demos is None:
@@ -95,8 +108,8 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
         if expert_cache:
             Path(expert_cache).parent.mkdir(parents=True, exist_ok=True)
             demos.save(expert_cache, meta)
-        log(f"expert: {len(demos)} rows from {cfg.n_expert_seeds} train seeds, rounded MPC "
-            f"mean cost {np.mean(list(demos.episode_costs.values())):.2f}")
+        log(f"expert: {len(demos)} rows from {cfg.n_expert_seeds} train seeds, rounded "
+            f"{expert.name} mean cost {np.mean(list(demos.episode_costs.values())):.2f}")
     else:
         log(f"expert: {len(demos)} rows loaded from {expert_cache}")
     rng = np.random.default_rng(cfg.run_seed)

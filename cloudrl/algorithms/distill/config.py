@@ -31,6 +31,8 @@ class DistillConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-5
     init_checkpoint: str | None = None
+    # the teacher is the signal-aware rule at these parameters instead of the MPC
+    heuristic_params: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_expert_seeds", "n_val_seeds", "bc_epochs", "batch_size"):
@@ -43,6 +45,8 @@ class DistillConfig:
         if used > 50:
             raise ValueError(f"DistillConfig: {used} train seeds needed (expert + DAgger), "
                              f"only 50 exist")
+        if self.heuristic_params is not None and self.mpc_params:
+            raise ValueError("DistillConfig: one teacher: mpc_params or heuristic_params")
         if self.lr <= 0 or not self.hiddens:
             raise ValueError("DistillConfig.lr must be > 0 and hiddens non-empty")
 
