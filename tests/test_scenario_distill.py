@@ -245,3 +245,60 @@ def test_the_teacher_is_the_mpc_or_the_signal_aware_rule_never_both():
     assert expert_meta(tiny, rule) != expert_meta(tiny, DistillConfig())  # no shared cache
     with pytest.raises(ValueError, match="one teacher"):
         DistillConfig(heuristic_params={"quantile": 0.4}, mpc_params={"max_util": 0.7})
+
+
+def test_a_policy_on_its_own_release_grid_round_trips_and_serves_as_it_plays(tmp_path):
+    """A checkpoint on the fine release grid: 21 release actions, the grid in policy.json,
+    the loaded controller playing exactly as the in-process one with only grid releases,
+    and the served path deciding the same controls from the view."""
+    from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+    from cloudrl.algorithms.distill.policy import load_served_controller, observed_view
+
+    torch.manual_seed(3)
+    module = build_module((16,), len(FINE_RELEASE_LEVELS))
+    save_checkpoint(module, tmp_path / "fine", (16,), {"scenario": "tiny"}, FINE_RELEASE_LEVELS)
+    spec = json.loads((tmp_path / "fine" / "policy.json").read_text())
+    assert spec["action_nvec"] == [21, len(READY_MARGINS)]
+    assert spec["release_levels"] == list(FINE_RELEASE_LEVELS)
+    sim = ScenarioSim(load_scenario("tiny"))
+    live = run_episode(sim, LearnedController(module, release_levels=FINE_RELEASE_LEVELS), 7)
+    loaded = load_controller(tmp_path / "fine")
+    assert loaded.release_levels == FINE_RELEASE_LEVELS
+    assert run_episode(sim, loaded, 7).metrics == live.metrics
+    served = load_served_controller(tmp_path / "fine")
+    served.reset(ScenarioSim(load_scenario("tiny")))
+    sim.reset(8)
+    loaded.reset(sim)
+    while not sim.done:
+        if sim.t % sim.cfg.decision_ticks == 0:
+            want = loaded.decide(sim)
+            assert want[0] in FINE_RELEASE_LEVELS
+            assert served.decide_view(observed_view(sim)) == want
+            sim.set_controls(*want)
+        sim.tick()
+    with pytest.raises(ValueError, match="release actions"):
+        LearnedController(module)  # the env's grid for a 21-level module
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(0, 1000), release=st.floats(-0.5, 2.0), ready=st.floats(0.0, 500.0))
+def test_nearest_action_on_the_fine_grid_has_no_strictly_nearer_action(k, release, ready):
+    from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+
+    v = _views()[k % len(_views())]
+    i, j = nearest_action(v, release, ready, FINE_RELEASE_LEVELS)
+    r_best, c_best = action_controls(v, (i, j), FINE_RELEASE_LEVELS)
+    for a in range(len(FINE_RELEASE_LEVELS)):
+        for b in range(len(READY_MARGINS)):
+            r, c = action_controls(v, (a, b), FINE_RELEASE_LEVELS)
+            assert abs(r_best - release) <= abs(r - release) + 1e-12
+            assert abs(c_best - ready) <= abs(c - ready) + 1e-9
+
+
+def test_release_levels_must_be_an_increasing_grid():
+    from cloudrl.algorithms.distill.config import DistillConfig
+
+    for bad in ((0.5,), (0.3, 0.3), (0.0, 2.0), (0.6, 0.2)):
+        with pytest.raises(ValueError, match="release_levels"):
+            DistillConfig(release_levels=bad)
+    assert DistillConfig(release_levels=(0, 1)).levels == (0.0, 1.0)

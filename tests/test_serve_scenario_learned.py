@@ -191,6 +191,9 @@ def _broken(tmp_path: Path, how: str) -> str:
     elif how == "other_layout":
         spec = json.loads((d / "policy.json").read_text())
         (d / "policy.json").write_text(json.dumps({**spec, "obs_names": ["a", "b"]}))
+    elif how == "bad_levels":
+        spec = json.loads((d / "policy.json").read_text())
+        (d / "policy.json").write_text(json.dumps({**spec, "release_levels": [0.5, 0.1]}))
     return str(d)
 
 
@@ -198,6 +201,7 @@ def _broken(tmp_path: Path, how: str) -> str:
     ("missing", "no such directory"), ("no_weights", "missing policy.pt"),
     ("bad_json", "policy.json is malformed"), ("bad_weights", "does not load"),
     ("other_layout", "another observation or action layout"),
+    ("bad_levels", "release_levels"),
 ])
 def test_a_missing_or_broken_checkpoint_is_one_line_exit_2(capsys, tmp_path, how, words):
     path = _broken(tmp_path, how)

@@ -201,7 +201,14 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 
             spec = load_checkpoint(args.init_checkpoint)[1]
             extra = {"init_checkpoint": args.init_checkpoint,
-                     "hiddens": tuple(spec["model_config"]["hiddens"])}
+                     "hiddens": tuple(spec["model_config"]["hiddens"]),
+                     "release_levels": spec.get("release_levels")}
+        if args.fine_release:
+            from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+
+            if extra.get("release_levels") not in (None, list(FINE_RELEASE_LEVELS)):
+                raise ValueError("--fine-release: the --init-checkpoint has another grid")
+            extra["release_levels"] = FINE_RELEASE_LEVELS
         dc = DistillConfig(run_seed=args.run_seed, mpc_params=mpc_params,
                            n_expert_seeds=args.expert_seeds, dagger_rounds=args.dagger_rounds,
                            dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds,
@@ -272,9 +279,9 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--params-from", metavar="JSON",
                    help="reuse the tuned parameters of a 'cloudrl scenarios headroom --json' "
                         "file instead of tuning")
-    g.add_argument("--families", nargs="+", help="learned families to train: distill, "
-                                                 "distill_default, bdq, dqn, ppo (default "
-                                                 "distill)")
+    g.add_argument("--families", nargs="+",
+                   help="learned families to train: distill, distill_default, distill_fine, "
+                        "bdq, dqn, ppo (default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--expert-seeds", type=int,
                    help="train seeds the MPC plays for the distill families (default 20)")
@@ -347,6 +354,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--dagger-rounds", type=int, default=2)
     ds.add_argument("--dagger-seeds", type=int, default=4, help="train seeds per DAgger round")
     ds.add_argument("--val-seeds", type=int, default=4, help="validation seeds that pick the round")
+    ds.add_argument("--fine-release", action="store_true",
+                    help="the policy's own release grid in steps of 0.05 (21 levels) instead "
+                         "of the env's six")
     ds.add_argument("--n-servers", type=int, help="another fleet size (1..4096; the load scales "
                                                   "with it)")
     ds.add_argument("--init-checkpoint", help="fine-tune this checkpoint (e.g. one trained on "

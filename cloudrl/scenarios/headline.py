@@ -7,8 +7,9 @@ seeds, the claim on the held-out test seeds):
 1. tune the signal-aware heuristic and the forecast MPC on validation seeds (or reuse the
    parameters of a headroom JSON with ``params_from``);
 2. train every learned candidate family (``distill``: behaviour cloning + DAgger from the
-   tuned MPC; ``distill_default``: the same from the MPC at its defaults; the RLlib
-   families ``bdq``, ``dqn``, ``ppo``) once per run seed;
+   tuned MPC; ``distill_default``: the same from the MPC at its defaults;
+   ``distill_fine``: ``distill_default`` on a release grid of its own in steps of 0.05;
+   the RLlib families ``bdq``, ``dqn``, ``ppo``) once per run seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
    test seeds, paired by seed; report each run, and claim the **median run** (by its test
@@ -121,20 +122,34 @@ def _train_distill_default(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc
     return replace(spec, label=f"distill_default-run{run_seed}")
 
 
+def _train_distill_fine(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                        run_seed: int, out: Path) -> ControllerSpec:
+    """``distill_default`` on the policy's own release grid in steps of 0.05: the env's six
+    levels cost the rounded MPC 5% on ``scarcity_low_load``, the fine grid under 1%."""
+    from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+
+    spec = _train_distill(scn, cfg, {}, run_seed, out, FINE_RELEASE_LEVELS)
+    return replace(spec, label=f"distill_fine-run{run_seed}")
+
+
 def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
-                   run_seed: int, out: Path) -> ControllerSpec:
+                   run_seed: int, out: Path,
+                   release_levels: tuple[float, ...] | None = None) -> ControllerSpec:
     from cloudrl.algorithms.distill.command import train_to_dir
     from cloudrl.algorithms.distill.config import DistillConfig
 
     dc = DistillConfig(run_seed=run_seed, mpc_params=mpc_params,
                        n_expert_seeds=cfg.expert_seeds, dagger_rounds=cfg.dagger_rounds,
                        dagger_seeds_per_round=cfg.dagger_seeds,
-                       n_val_seeds=min(cfg.distill_val_seeds, cfg.n_val_seeds))
+                       n_val_seeds=min(cfg.distill_val_seeds, cfg.n_val_seeds),
+                       release_levels=release_levels)
     cmd = (f"cloudrl scenarios distill --scenario {scn.name} --run-seed {run_seed} "
            f"--out {out} --mpc-params '{json.dumps(mpc_params)}' --expert-seeds "
            f"{cfg.expert_seeds} --dagger-rounds {cfg.dagger_rounds} --dagger-seeds "
-           f"{cfg.dagger_seeds} --val-seeds {dc.n_val_seeds}")
-    train_to_dir(scn, dc, out, out.parent / "expert.npz", command=cmd)
+           f"{cfg.dagger_seeds} --val-seeds {dc.n_val_seeds}"
+           + (" --fine-release" if release_levels is not None else ""))
+    cache = out.parent / ("expert.npz" if release_levels is None else "expert-fine.npz")
+    train_to_dir(scn, dc, out, cache, command=cmd)
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
 
 
@@ -161,6 +176,7 @@ def available_families() -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one)."""
     return {"distill": _train_distill, "distill_default": _train_distill_default,
+            "distill_fine": _train_distill_fine,
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo")}
 
 

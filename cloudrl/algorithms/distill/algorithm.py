@@ -36,6 +36,7 @@ from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 from cloudrl.protocol import train_seeds, validation_seeds
 from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import run_episode
+from envs.scenario.env import RELEASE_LEVELS
 from envs.scenario.sim import ScenarioSim
 from models.scenario_policy import ScenarioPolicyModule
 
@@ -52,6 +53,8 @@ class DistillResult:
 def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
     meta = {"scenario": scn.model_dump(mode="json"), "mpc": cfg.mpc_params,
             "seeds": list(train_seeds(cfg.n_expert_seeds))}
+    if cfg.release_levels is not None:
+        meta["release_levels"] = list(cfg.levels)
     if cfg.heuristic_params is not None:
         meta = {**meta, "mpc": None, "signal_aware": cfg.heuristic_params}
     return json.dumps(meta, sort_keys=True)
@@ -75,18 +78,23 @@ def _cost(metrics: dict[str, float]) -> float:
 
 
 def validation_cost(sim: ScenarioSim, module: ScenarioPolicyModule, n: int,
-                    objective: Objective = _cost) -> float:
-    ctrl = LearnedController(module)
+                    objective: Objective = _cost,
+                    release_levels: tuple[float, ...] = RELEASE_LEVELS) -> float:
+    ctrl = LearnedController(module, release_levels=release_levels)
     return float(np.mean([objective(run_episode(sim, ctrl, s).metrics)
                           for s in validation_seeds(n)]))
 
 
 def _start(cfg: DistillConfig) -> ScenarioPolicyModule:
     if cfg.init_checkpoint is None:
-        return build_module(cfg.hiddens)
-    from cloudrl.algorithms.distill.policy import load_checkpoint
+        return build_module(cfg.hiddens, len(cfg.levels))
+    from cloudrl.algorithms.distill.policy import load_checkpoint, release_levels_of
 
     module, spec = load_checkpoint(cfg.init_checkpoint)
+    if release_levels_of(spec) != cfg.levels:
+        raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: another release grid "
+                         f"({len(release_levels_of(spec))} levels, the config "
+                         f"{len(cfg.levels)})")
     if tuple(spec["model_config"]["hiddens"]) != tuple(cfg.hiddens):
         raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: hidden sizes "
                          f"{spec['model_config']['hiddens']}, the config asks for "
@@ -104,7 +112,8 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     meta = expert_meta(scn, cfg)
     demos = Demos.load(expert_cache, meta) if expert_cache else None
     if demos is None:
-        demos = collect(sim, expert, list(train_seeds(cfg.n_expert_seeds)))
+        demos = collect(sim, expert, list(train_seeds(cfg.n_expert_seeds)),
+                        release_levels=cfg.levels)
         if expert_cache:
             Path(expert_cache).parent.mkdir(parents=True, exist_ok=True)
             demos.save(expert_cache, meta)
@@ -120,7 +129,7 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     states: list[dict[str, torch.Tensor]] = []
 
     def score(k: int, train_cost: float | None, seeds: list[int]) -> None:
-        val = validation_cost(sim, module, cfg.n_val_seeds, objective)
+        val = validation_cost(sim, module, cfg.n_val_seeds, objective, cfg.levels)
         rounds.append({"round": k, "rows": len(demos), "val_cost": val,
                        "train_loss": evaluate_loss(module, demos.obs, demos.actions),
                        "dagger_train_cost": train_cost, "dagger_seeds": seeds,
@@ -137,7 +146,9 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     score(0, None, [])
     for k in range(1, cfg.dagger_rounds + 1):
         seeds = pool[(k - 1) * cfg.dagger_seeds_per_round:k * cfg.dagger_seeds_per_round]
-        new = collect(sim, expert, seeds, actor=LearnedController(module))
+        new = collect(sim, expert, seeds,
+                      actor=LearnedController(module, release_levels=cfg.levels),
+                      release_levels=cfg.levels)
         demos = demos + new
         opt = fit(module, demos.obs, demos.actions, cfg.round_epochs, cfg.batch_size, cfg.lr,
                   cfg.weight_decay, cfg.run_seed + k, optimizer=opt)

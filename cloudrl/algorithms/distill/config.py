@@ -33,6 +33,8 @@ class DistillConfig:
     init_checkpoint: str | None = None
     # the teacher is the signal-aware rule at these parameters instead of the MPC
     heuristic_params: dict[str, Any] | None = None
+    # the policy's own grid of release levels (None: the env's six)
+    release_levels: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_expert_seeds", "n_val_seeds", "bc_epochs", "batch_size"):
@@ -47,10 +49,24 @@ class DistillConfig:
                              f"only 50 exist")
         if self.heuristic_params is not None and self.mpc_params:
             raise ValueError("DistillConfig: one teacher: mpc_params or heuristic_params")
+        if self.release_levels is not None:
+            from cloudrl.algorithms.distill.actions import check_release_levels
+
+            object.__setattr__(self, "release_levels",
+                               check_release_levels(tuple(self.release_levels)))
         if self.lr <= 0 or not self.hiddens:
             raise ValueError("DistillConfig.lr must be > 0 and hiddens non-empty")
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The release grid the policy acts on."""
+        from envs.scenario.env import RELEASE_LEVELS
+
+        return RELEASE_LEVELS if self.release_levels is None else self.release_levels
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hiddens"] = list(self.hiddens)
+        if self.release_levels is not None:
+            d["release_levels"] = list(self.release_levels)
         return d

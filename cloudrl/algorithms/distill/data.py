@@ -18,7 +18,7 @@ import numpy as np
 
 from cloudrl.algorithms.distill.actions import action_controls, nearest_action
 from envs.scenario.control import Controller, plan_view
-from envs.scenario.env import observe
+from envs.scenario.env import RELEASE_LEVELS, observe
 from envs.scenario.sim import ScenarioSim
 
 
@@ -59,9 +59,10 @@ class Demos:
 
 
 def collect(sim: ScenarioSim, expert: Controller, seeds: list[int],
-            actor: Controller | None = None) -> Demos:
-    """Observations and expert actions along ``actor``'s (default: the rounded expert's)
-    episodes on ``seeds``."""
+            actor: Controller | None = None,
+            release_levels: tuple[float, ...] = RELEASE_LEVELS) -> Demos:
+    """Observations and expert actions (rounded to ``release_levels`` and the env's ready
+    margins) along ``actor``'s (default: the rounded expert's) episodes on ``seeds``."""
     obs, acts, rows, costs = [], [], [], {}
     d = sim.cfg.decision_ticks
     for seed in seeds:
@@ -73,10 +74,10 @@ def collect(sim: ScenarioSim, expert: Controller, seeds: list[int],
             if sim.t % d == 0:
                 v = plan_view(sim)
                 obs.append(observe(sim, v))
-                a = nearest_action(v, *expert.decide(sim))
+                a = nearest_action(v, *expert.decide(sim), release_levels)
                 acts.append(a)
                 rows.append(seed)
-                sim.set_controls(*(action_controls(v, a) if actor is None
+                sim.set_controls(*(action_controls(v, a, release_levels) if actor is None
                                    else actor.decide(sim)))
             sim.tick()
         costs[int(seed)] = float(sim.stats.summary()["cost_usd"])

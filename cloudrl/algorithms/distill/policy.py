@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cloudrl.algorithms.distill.actions import action_controls
+from cloudrl.algorithms.distill.actions import action_controls, check_release_levels
 from envs.scenario.control import PlanView, plan_view
 from envs.scenario.env import OBS_NAMES, READY_MARGINS, RELEASE_LEVELS, observe
 from envs.scenario.sim import ACTIVE, BOOTING, OFF, RESUMING, SUSPENDED, ScenarioSim
@@ -50,11 +50,13 @@ class CheckpointError(ValueError):
     """A checkpoint directory that is missing, incomplete or does not fit the env."""
 
 
-def build_module(hiddens: tuple[int, ...]) -> ScenarioPolicyModule:
-    """A fresh module for the scenario env's observation and action spaces."""
+def build_module(hiddens: tuple[int, ...], n_release: int = len(RELEASE_LEVELS)
+                 ) -> ScenarioPolicyModule:
+    """A fresh module for the scenario env's observation space and its action branches
+    (``n_release`` release levels: the env's six unless the policy has its own grid)."""
     return ScenarioPolicyModule(
         observation_space=gym.spaces.Box(-10.0, 10.0, (len(OBS_NAMES),), np.float32),
-        action_space=gym.spaces.MultiDiscrete([len(RELEASE_LEVELS), len(READY_MARGINS)]),
+        action_space=gym.spaces.MultiDiscrete([n_release, len(READY_MARGINS)]),
         model_config={"hiddens": list(hiddens)})
 
 
@@ -64,10 +66,15 @@ class LearnedController:
     clairvoyant = False
 
     def __init__(self, module: ScenarioPolicyModule, name: str = "learned",
-                 threads: int | None = 1) -> None:
+                 threads: int | None = 1,
+                 release_levels: tuple[float, ...] = RELEASE_LEVELS) -> None:
+        if module.branch_sizes[0] != len(release_levels):
+            raise ValueError(f"the module has {module.branch_sizes[0]} release actions, the "
+                             f"grid {len(release_levels)} levels")
         self.module = module.eval()
         self.name = name
         self.threads = threads
+        self.release_levels = tuple(release_levels)
         self.decide_times: list[float] = []
 
     def reset(self, sim: ScenarioSim) -> None:
@@ -84,19 +91,23 @@ class LearnedController:
                 a = self.module.greedy(torch.from_numpy(observe(sim, v))[None])[0]
         finally:
             torch.set_num_threads(before)
-        out = action_controls(v, (int(a[0]), int(a[1])))
+        out = action_controls(v, (int(a[0]), int(a[1])), self.release_levels)
         self.decide_times.append(time.perf_counter() - t0)
         return out
 
 
 def save_checkpoint(module: ScenarioPolicyModule, out: str | Path, hiddens: tuple[int, ...],
-                    extra: dict[str, Any]) -> Path:
+                    extra: dict[str, Any],
+                    release_levels: tuple[float, ...] = RELEASE_LEVELS) -> Path:
+    """Write ``module`` (its ``policy.json`` records a release grid other than the env's)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(module.state_dict(), out / WEIGHTS)
     spec = {"module": f"{ScenarioPolicyModule.__module__}.{ScenarioPolicyModule.__name__}",
             "model_config": {"hiddens": list(hiddens)}, "obs_names": list(OBS_NAMES),
-            "action_nvec": [len(RELEASE_LEVELS), len(READY_MARGINS)], **extra}
+            "action_nvec": [len(release_levels), len(READY_MARGINS)], **extra}
+    if tuple(release_levels) != tuple(RELEASE_LEVELS):
+        spec["release_levels"] = [float(x) for x in release_levels]
     (out / SPEC).write_text(json.dumps(spec, indent=2))
     return out
 
@@ -116,11 +127,15 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
         hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"--checkpoint {path}: {SPEC} is malformed ({e})") from None
+    try:
+        levels = release_levels_of(spec)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"--checkpoint {path}: {SPEC}: {e}") from None
     if spec.get("obs_names") != list(OBS_NAMES) or \
-            spec.get("action_nvec") != [len(RELEASE_LEVELS), len(READY_MARGINS)]:
+            spec.get("action_nvec") != [len(levels), len(READY_MARGINS)]:
         raise CheckpointError(f"--checkpoint {path}: trained for another observation or "
                               f"action layout than this env's")
-    module = build_module(hiddens)
+    module = build_module(hiddens, len(levels))
     try:
         module.load_state_dict(torch.load(p / WEIGHTS, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError) as e:
@@ -129,8 +144,15 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
     return module.eval(), spec
 
 
+def release_levels_of(spec: dict[str, Any]) -> tuple[float, ...]:
+    """The release grid a checkpoint's ``policy.json`` records (the env's when none)."""
+    levels = spec.get("release_levels")
+    return RELEASE_LEVELS if levels is None else check_release_levels(tuple(levels))
+
+
 def load_controller(path: str | Path, name: str = "learned") -> LearnedController:
-    return LearnedController(load_checkpoint(path)[0], name)
+    module, spec = load_checkpoint(path)
+    return LearnedController(module, name, release_levels=release_levels_of(spec))
 
 
 # ---------------------------------------------------------------------- deciding from a view
@@ -218,8 +240,9 @@ class ServedLearnedController(LearnedController):
     needs_observed_view = True  # the service sends an ObservedView (hour_of_week required)
 
     def __init__(self, module: ScenarioPolicyModule, name: str = "learned",
-                 threads: int | None = 1, scenario: str | None = None) -> None:
-        super().__init__(module, name, threads)
+                 threads: int | None = 1, scenario: str | None = None,
+                 release_levels: tuple[float, ...] = RELEASE_LEVELS) -> None:
+        super().__init__(module, name, threads, release_levels)
         self.scenario = scenario
         self._static: ScenarioSim | None = None
 
@@ -242,7 +265,8 @@ class ServedLearnedController(LearnedController):
     def decide_view(self, view: PlanView) -> tuple[float, float]:
         if self._static is None:
             raise RuntimeError("reset(sim) first: the controller reads the scenario's fleet")
-        return action_controls(view, self.greedy_action(view_observation(self._static, view)))
+        return action_controls(view, self.greedy_action(view_observation(self._static, view)),
+                               self.release_levels)
 
 
 def load_served_controller(path: str | Path, scenario: str | None = None,
@@ -256,4 +280,5 @@ def load_served_controller(path: str | Path, scenario: str | None = None,
     if scenario is not None and trained is not None and trained != scenario:
         raise CheckpointError(f"--checkpoint {path}: trained on scenario {trained!r}, not "
                               f"{scenario!r} (serve it with --scenario {trained})")
-    return ServedLearnedController(module, name, threads, trained or scenario)
+    return ServedLearnedController(module, name, threads, trained or scenario,
+                                   release_levels_of(spec))
