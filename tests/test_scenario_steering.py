@@ -216,7 +216,7 @@ def test_steer_runs_on_tiny_with_the_learned_family(ray_session, tmp_path, capsy
                      "--comparisons", "40", "--pool-heuristic", "3", "--pool-mpc", "1",
                      "--pool-seeds", "1", "--tune-heuristic", "3", "--tune-mpc", "2",
                      "--tune-seeds", "1", "--n-test-seeds", "2", "--run-seed", "0",
-                     "--workers", "2", "--cache", str(tmp_path / "cache.json"),
+                     "--workers", "1", "--cache", str(tmp_path / "cache.json"),
                      "--learned", "--init-checkpoint", str(tmp_path / "start"),
                      "--learned-out", str(tmp_path / "learned"), "--learned-expert-seeds",
                      "1", "--learned-rounds", "1", "--learned-round-seeds", "1",

@@ -518,8 +518,16 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
     jobs.append((scn, kw, kind, params, rs0, cfg.utility, root / f"hidden-run{rs0}"))
     workers = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(_fine_tune, jobs))
+    if workers == 1:  # in this process (torch's thread setting restored afterwards)
+        threads = torch.get_num_threads()
+        try:
+            done = [_fine_tune(job) for job in jobs]
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        with ProcessPoolExecutor(workers,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(_fine_tune, jobs))
     for d in done:
         log(f"learned fine-tune -> {d['checkpoint']} (teacher {d['teacher']}): kept round "
             f"{d['kept_round']} (validation: " + ", ".join(
