@@ -70,13 +70,14 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
     st.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
     st.add_argument("--learned", action="store_true",
                     help="also steer the learned family: DAgger fine-tunes of "
-                         "--init-checkpoint towards the steered MPC, kept by the learned reward")
+                         "--init-checkpoint towards the steered heuristic or MPC, kept by the "
+                         "learned reward")
     st.add_argument("--init-checkpoint",
                     help="the learned checkpoint to fine-tune (default: checkpoints/SCENARIO)")
     st.add_argument("--learned-out", help="where the fine-tuned checkpoints go "
                                           "(default: results/steer/learned)")
     st.add_argument("--learned-expert-seeds", type=int,
-                    help="train seeds the steered MPC demonstrates (default 10)")
+                    help="train seeds the steered teacher demonstrates (default 10)")
     st.add_argument("--learned-rounds", type=int, help="DAgger rounds (default 2)")
     st.add_argument("--learned-round-seeds", type=int, help="train seeds per round (default 4)")
     st.add_argument("--learned-val-seeds", type=int,
