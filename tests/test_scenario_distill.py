@@ -247,23 +247,28 @@ def test_the_teacher_is_the_mpc_or_the_signal_aware_rule_never_both():
         DistillConfig(heuristic_params={"quantile": 0.4}, mpc_params={"max_util": 0.7})
 
 
-def test_a_policy_on_its_own_release_grid_round_trips_and_serves_as_it_plays(tmp_path):
-    """A checkpoint on the fine release grid: 21 release actions, the grid in policy.json,
+@pytest.mark.parametrize("grids", ["release", "ready", "both"])
+def test_a_policy_on_its_own_grids_round_trips_and_serves_as_it_plays(tmp_path, grids):
+    """A checkpoint on finer grids: their sizes as action branches, the grids in policy.json,
     the loaded controller playing exactly as the in-process one with only grid releases,
     and the served path deciding the same controls from the view."""
-    from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+    from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS, FINE_RELEASE_LEVELS
     from cloudrl.algorithms.distill.policy import load_served_controller, observed_view
 
+    rel = FINE_RELEASE_LEVELS if grids in ("release", "both") else RELEASE_LEVELS
+    rdy = FINE_READY_MARGINS if grids in ("ready", "both") else READY_MARGINS
     torch.manual_seed(3)
-    module = build_module((16,), len(FINE_RELEASE_LEVELS))
-    save_checkpoint(module, tmp_path / "fine", (16,), {"scenario": "tiny"}, FINE_RELEASE_LEVELS)
+    module = build_module((16,), len(rel), len(rdy))
+    save_checkpoint(module, tmp_path / "fine", (16,), {"scenario": "tiny"}, rel, rdy)
     spec = json.loads((tmp_path / "fine" / "policy.json").read_text())
-    assert spec["action_nvec"] == [21, len(READY_MARGINS)]
-    assert spec["release_levels"] == list(FINE_RELEASE_LEVELS)
+    assert spec["action_nvec"] == [len(rel), len(rdy)]
+    assert spec.get("release_levels", list(RELEASE_LEVELS)) == list(rel)
+    assert spec.get("ready_margins", list(READY_MARGINS)) == list(rdy)
+    assert ("release_levels" in spec) == (grids != "ready")  # the env's grid: not written
     sim = ScenarioSim(load_scenario("tiny"))
-    live = run_episode(sim, LearnedController(module, release_levels=FINE_RELEASE_LEVELS), 7)
+    live = run_episode(sim, LearnedController(module, release_levels=rel, ready_margins=rdy), 7)
     loaded = load_controller(tmp_path / "fine")
-    assert loaded.release_levels == FINE_RELEASE_LEVELS
+    assert (loaded.release_levels, loaded.ready_margins) == (rel, rdy)
     assert run_episode(sim, loaded, 7).metrics == live.metrics
     served = load_served_controller(tmp_path / "fine")
     served.reset(ScenarioSim(load_scenario("tiny")))
@@ -272,12 +277,12 @@ def test_a_policy_on_its_own_release_grid_round_trips_and_serves_as_it_plays(tmp
     while not sim.done:
         if sim.t % sim.cfg.decision_ticks == 0:
             want = loaded.decide(sim)
-            assert want[0] in FINE_RELEASE_LEVELS
+            assert want[0] in rel
             assert served.decide_view(observed_view(sim)) == want
             sim.set_controls(*want)
         sim.tick()
-    with pytest.raises(ValueError, match="release actions"):
-        LearnedController(module)  # the env's grid for a 21-level module
+    with pytest.raises(ValueError, match="release and ready actions"):
+        LearnedController(module, release_levels=(0.0, 1.0))  # grids of other sizes
 
 
 @settings(max_examples=40, deadline=None)
@@ -302,3 +307,8 @@ def test_release_levels_must_be_an_increasing_grid():
         with pytest.raises(ValueError, match="release_levels"):
             DistillConfig(release_levels=bad)
     assert DistillConfig(release_levels=(0, 1)).levels == (0.0, 1.0)
+    for bad in ((0.5,), (0.3, 0.3), (-2.0, 0.0), (1.0, 0.5)):
+        with pytest.raises(ValueError, match="ready_margins"):
+            DistillConfig(ready_margins=bad)
+    assert DistillConfig(ready_margins=(-0.5, 1)).margins == (-0.5, 1.0)
+    assert DistillConfig().margins == READY_MARGINS

@@ -202,13 +202,17 @@ def _cmd_distill(args: argparse.Namespace) -> int:
             spec = load_checkpoint(args.init_checkpoint)[1]
             extra = {"init_checkpoint": args.init_checkpoint,
                      "hiddens": tuple(spec["model_config"]["hiddens"]),
-                     "release_levels": spec.get("release_levels")}
-        if args.fine_release:
-            from cloudrl.algorithms.distill.actions import FINE_RELEASE_LEVELS
+                     "release_levels": spec.get("release_levels"),
+                     "ready_margins": spec.get("ready_margins")}
+        from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS, FINE_RELEASE_LEVELS
 
-            if extra.get("release_levels") not in (None, list(FINE_RELEASE_LEVELS)):
-                raise ValueError("--fine-release: the --init-checkpoint has another grid")
-            extra["release_levels"] = FINE_RELEASE_LEVELS
+        for flag, key, grid in (("fine_release", "release_levels", FINE_RELEASE_LEVELS),
+                                ("fine_ready", "ready_margins", FINE_READY_MARGINS)):
+            if getattr(args, flag):
+                if extra.get(key) not in (None, list(grid)):
+                    raise ValueError(f"--{flag.replace('_', '-')}: the --init-checkpoint "
+                                     f"has another grid")
+                extra[key] = grid
         dc = DistillConfig(run_seed=args.run_seed, mpc_params=mpc_params,
                            n_expert_seeds=args.expert_seeds, dagger_rounds=args.dagger_rounds,
                            dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds,
@@ -281,7 +285,7 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
                         "file instead of tuning")
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
-                        "bdq, dqn, ppo (default distill)")
+                        "distill_fine_ready, bdq, dqn, ppo (default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--expert-seeds", type=int,
                    help="train seeds the MPC plays for the distill families (default 20)")
@@ -357,6 +361,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--fine-release", action="store_true",
                     help="the policy's own release grid in steps of 0.05 (21 levels) instead "
                          "of the env's six")
+    ds.add_argument("--fine-ready", action="store_true",
+                    help="the policy's own ready margins (9, from -0.5 to 1.0) instead of the "
+                         "env's four")
     ds.add_argument("--n-servers", type=int, help="another fleet size (1..4096; the load scales "
                                                   "with it)")
     ds.add_argument("--init-checkpoint", help="fine-tune this checkpoint (e.g. one trained on "

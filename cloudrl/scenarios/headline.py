@@ -9,6 +9,7 @@ seeds, the claim on the held-out test seeds):
 2. train every learned candidate family (``distill``: behaviour cloning + DAgger from the
    tuned MPC; ``distill_default``: the same from the MPC at its defaults;
    ``distill_fine``: ``distill_default`` on a release grid of its own in steps of 0.05;
+   ``distill_fine_ready``: ``distill_default`` with ready margins of its own;
    the RLlib families ``bdq``, ``dqn``, ``ppo``) once per run seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
@@ -132,9 +133,19 @@ def _train_distill_fine(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_pa
     return replace(spec, label=f"distill_fine-run{run_seed}")
 
 
+def _train_distill_fine_ready(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig,
+                              mpc_params: dict, run_seed: int, out: Path) -> ControllerSpec:
+    """``distill_default`` with ready margins of its own (9 instead of the env's 4)."""
+    from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS
+
+    spec = _train_distill(scn, cfg, {}, run_seed, out, ready_margins=FINE_READY_MARGINS)
+    return replace(spec, label=f"distill_fine_ready-run{run_seed}")
+
+
 def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
                    run_seed: int, out: Path,
-                   release_levels: tuple[float, ...] | None = None) -> ControllerSpec:
+                   release_levels: tuple[float, ...] | None = None,
+                   ready_margins: tuple[float, ...] | None = None) -> ControllerSpec:
     from cloudrl.algorithms.distill.command import train_to_dir
     from cloudrl.algorithms.distill.config import DistillConfig
 
@@ -142,13 +153,15 @@ def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params:
                        n_expert_seeds=cfg.expert_seeds, dagger_rounds=cfg.dagger_rounds,
                        dagger_seeds_per_round=cfg.dagger_seeds,
                        n_val_seeds=min(cfg.distill_val_seeds, cfg.n_val_seeds),
-                       release_levels=release_levels)
+                       release_levels=release_levels, ready_margins=ready_margins)
     cmd = (f"cloudrl scenarios distill --scenario {scn.name} --run-seed {run_seed} "
            f"--out {out} --mpc-params '{json.dumps(mpc_params)}' --expert-seeds "
            f"{cfg.expert_seeds} --dagger-rounds {cfg.dagger_rounds} --dagger-seeds "
            f"{cfg.dagger_seeds} --val-seeds {dc.n_val_seeds}"
-           + (" --fine-release" if release_levels is not None else ""))
-    cache = out.parent / ("expert.npz" if release_levels is None else "expert-fine.npz")
+           + (" --fine-release" if release_levels is not None else "")
+           + (" --fine-ready" if ready_margins is not None else ""))
+    cache = out.parent / ("expert" + ("-fine" if release_levels is not None else "")
+                          + ("-ready" if ready_margins is not None else "") + ".npz")
     train_to_dir(scn, dc, out, cache, command=cmd)
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
 
@@ -176,7 +189,7 @@ def available_families() -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one)."""
     return {"distill": _train_distill, "distill_default": _train_distill_default,
-            "distill_fine": _train_distill_fine,
+            "distill_fine": _train_distill_fine, "distill_fine_ready": _train_distill_fine_ready,
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo")}
 
 

@@ -12,8 +12,8 @@ rounding: its cost minus the controller's is what the discretisation alone costs
 A learned policy may carry its own, finer grid of release levels (``release_levels``;
 :data:`FINE_RELEASE_LEVELS`): the env's six levels lose what the MPC gains where its
 release lies between them (on ``scarcity_low_load`` the MPC rounded to the env's grid
-costs 5% more than the MPC, rounded to steps of 0.05 under 1% more). The ready margins are
-the env's either way.
+costs 5% more than the MPC, rounded to steps of 0.05 under 1% more), and its own grid of
+ready margins (``ready_margins``; :data:`FINE_READY_MARGINS`).
 """
 
 from __future__ import annotations
@@ -27,31 +27,43 @@ from envs.scenario.sim import ScenarioSim
 FINE_RELEASE_LEVELS = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
 
 
-def check_release_levels(levels: tuple[float, ...]) -> tuple[float, ...]:
-    """``levels`` as floats if they are a strictly increasing grid inside [0, 1.5] with at
-    least two levels; else a ValueError naming what is wrong."""
+# ready cores for the forecast peak times 1 + margin: finer steps, and below the peak
+FINE_READY_MARGINS = (-0.5, -0.25, 0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
+
+
+def check_release_levels(levels: tuple[float, ...], name: str = "release_levels",
+                         lo: float = 0.0, hi: float = 1.5) -> tuple[float, ...]:
+    """``levels`` as floats if they are a strictly increasing grid inside [lo, hi] with at
+    least two levels; else a ValueError naming ``name`` and what is wrong."""
     out = tuple(float(x) for x in levels)
-    if len(out) < 2 or any(not 0.0 <= x <= 1.5 for x in out) or \
+    if len(out) < 2 or any(not lo <= x <= hi for x in out) or \
             any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise ValueError(f"release_levels {list(levels)}: expected at least 2 strictly "
-                         f"increasing levels in [0, 1.5]")
+        raise ValueError(f"{name} {list(levels)}: expected at least 2 strictly "
+                         f"increasing levels in [{lo:g}, {hi:g}]")
     return out
 
 
+def check_ready_margins(margins: tuple[float, ...]) -> tuple[float, ...]:
+    """A grid of ready margins: strictly increasing, inside [-1, 3]."""
+    return check_release_levels(margins, "ready_margins", -1.0, 3.0)
+
+
 def action_controls(v: PlanView, action: tuple[int, int],
-                    release_levels: tuple[float, ...] = RELEASE_LEVELS) -> tuple[float, float]:
-    """The controls the env sets for ``action`` in the state seen by ``v`` (with another
-    grid of release levels, what a policy on that grid sets)."""
+                    release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                    ready_margins: tuple[float, ...] = READY_MARGINS) -> tuple[float, float]:
+    """The controls the env sets for ``action`` in the state seen by ``v`` (with other
+    grids, what a policy on those grids sets)."""
     i, j = int(action[0]), int(action[1])
-    return release_and_ready(v, release_levels[i], READY_MARGINS[j])
+    return release_and_ready(v, release_levels[i], ready_margins[j])
 
 
 def nearest_action(v: PlanView, release_util: float, ready_cores: float,
-                   release_levels: tuple[float, ...] = RELEASE_LEVELS) -> tuple[int, int]:
-    """The env action (on ``release_levels``) whose controls are nearest to
+                   release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                   ready_margins: tuple[float, ...] = READY_MARGINS) -> tuple[int, int]:
+    """The action (on ``release_levels`` x ``ready_margins``) whose controls are nearest to
     ``(release_util, ready_cores)``."""
     i = int(np.argmin(np.abs(np.asarray(release_levels, dtype=float) - release_util)))
-    ready = np.array([release_and_ready(v, 0.0, m)[1] for m in READY_MARGINS])
+    ready = np.array([release_and_ready(v, 0.0, m)[1] for m in ready_margins])
     j = int(np.argmin(np.abs(ready - ready_cores)))
     return i, j
 
@@ -62,9 +74,11 @@ class RoundedController:
     clairvoyant = False
 
     def __init__(self, inner: Controller,
-                 release_levels: tuple[float, ...] = RELEASE_LEVELS) -> None:
+                 release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                 ready_margins: tuple[float, ...] = READY_MARGINS) -> None:
         self.inner = inner
         self.release_levels = release_levels
+        self.ready_margins = ready_margins
         self.name = f"{inner.name}_rounded"
 
     @property
@@ -77,5 +91,5 @@ class RoundedController:
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
         release, ready = self.inner.decide(sim)
         v = plan_view(sim)
-        return action_controls(v, nearest_action(v, release, ready, self.release_levels),
-                               self.release_levels)
+        a = nearest_action(v, release, ready, self.release_levels, self.ready_margins)
+        return action_controls(v, a, self.release_levels, self.ready_margins)

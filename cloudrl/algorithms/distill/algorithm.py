@@ -36,7 +36,7 @@ from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 from cloudrl.protocol import train_seeds, validation_seeds
 from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import run_episode
-from envs.scenario.env import RELEASE_LEVELS
+from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS
 from envs.scenario.sim import ScenarioSim
 from models.scenario_policy import ScenarioPolicyModule
 
@@ -55,6 +55,8 @@ def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
             "seeds": list(train_seeds(cfg.n_expert_seeds))}
     if cfg.release_levels is not None:
         meta["release_levels"] = list(cfg.levels)
+    if cfg.ready_margins is not None:
+        meta["ready_margins"] = list(cfg.margins)
     if cfg.heuristic_params is not None:
         meta = {**meta, "mpc": None, "signal_aware": cfg.heuristic_params}
     return json.dumps(meta, sort_keys=True)
@@ -79,22 +81,26 @@ def _cost(metrics: dict[str, float]) -> float:
 
 def validation_cost(sim: ScenarioSim, module: ScenarioPolicyModule, n: int,
                     objective: Objective = _cost,
-                    release_levels: tuple[float, ...] = RELEASE_LEVELS) -> float:
-    ctrl = LearnedController(module, release_levels=release_levels)
+                    release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                    ready_margins: tuple[float, ...] = READY_MARGINS) -> float:
+    ctrl = LearnedController(module, release_levels=release_levels, ready_margins=ready_margins)
     return float(np.mean([objective(run_episode(sim, ctrl, s).metrics)
                           for s in validation_seeds(n)]))
 
 
 def _start(cfg: DistillConfig) -> ScenarioPolicyModule:
     if cfg.init_checkpoint is None:
-        return build_module(cfg.hiddens, len(cfg.levels))
-    from cloudrl.algorithms.distill.policy import load_checkpoint, release_levels_of
+        return build_module(cfg.hiddens, len(cfg.levels), len(cfg.margins))
+    from cloudrl.algorithms.distill.policy import (
+        load_checkpoint,
+        ready_margins_of,
+        release_levels_of,
+    )
 
     module, spec = load_checkpoint(cfg.init_checkpoint)
-    if release_levels_of(spec) != cfg.levels:
-        raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: another release grid "
-                         f"({len(release_levels_of(spec))} levels, the config "
-                         f"{len(cfg.levels)})")
+    if (release_levels_of(spec), ready_margins_of(spec)) != (cfg.levels, cfg.margins):
+        raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: other action grids than "
+                         f"the config's (release_levels / ready_margins)")
     if tuple(spec["model_config"]["hiddens"]) != tuple(cfg.hiddens):
         raise ValueError(f"init_checkpoint {cfg.init_checkpoint}: hidden sizes "
                          f"{spec['model_config']['hiddens']}, the config asks for "
@@ -113,7 +119,7 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     demos = Demos.load(expert_cache, meta) if expert_cache else None
     if demos is None:
         demos = collect(sim, expert, list(train_seeds(cfg.n_expert_seeds)),
-                        release_levels=cfg.levels)
+                        release_levels=cfg.levels, ready_margins=cfg.margins)
         if expert_cache:
             Path(expert_cache).parent.mkdir(parents=True, exist_ok=True)
             demos.save(expert_cache, meta)
@@ -129,7 +135,7 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     states: list[dict[str, torch.Tensor]] = []
 
     def score(k: int, train_cost: float | None, seeds: list[int]) -> None:
-        val = validation_cost(sim, module, cfg.n_val_seeds, objective, cfg.levels)
+        val = validation_cost(sim, module, cfg.n_val_seeds, objective, cfg.levels, cfg.margins)
         rounds.append({"round": k, "rows": len(demos), "val_cost": val,
                        "train_loss": evaluate_loss(module, demos.obs, demos.actions),
                        "dagger_train_cost": train_cost, "dagger_seeds": seeds,
@@ -147,8 +153,9 @@ def distill(scn: ScenarioConfig, cfg: DistillConfig, expert_cache: str | Path | 
     for k in range(1, cfg.dagger_rounds + 1):
         seeds = pool[(k - 1) * cfg.dagger_seeds_per_round:k * cfg.dagger_seeds_per_round]
         new = collect(sim, expert, seeds,
-                      actor=LearnedController(module, release_levels=cfg.levels),
-                      release_levels=cfg.levels)
+                      actor=LearnedController(module, release_levels=cfg.levels,
+                                              ready_margins=cfg.margins),
+                      release_levels=cfg.levels, ready_margins=cfg.margins)
         demos = demos + new
         opt = fit(module, demos.obs, demos.actions, cfg.round_epochs, cfg.batch_size, cfg.lr,
                   cfg.weight_decay, cfg.run_seed + k, optimizer=opt)

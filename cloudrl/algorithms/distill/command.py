@@ -47,7 +47,8 @@ def train_to_dir(scn: ScenarioConfig, cfg: DistillConfig, out: str | Path,
     t0 = time.perf_counter()
     res = distill(scn, cfg, expert_cache, log=log, objective=objective)
     out = save_checkpoint(res.module, out, cfg.hiddens,
-                          {"scenario": scn.name, "config": cfg.to_dict()}, cfg.levels)
+                          {"scenario": scn.name, "config": cfg.to_dict()}, cfg.levels,
+                          cfg.margins)
     manifest = {
         "command": command, "commit": _git("rev-parse", "HEAD"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),

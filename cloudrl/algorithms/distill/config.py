@@ -33,8 +33,9 @@ class DistillConfig:
     init_checkpoint: str | None = None
     # the teacher is the signal-aware rule at these parameters instead of the MPC
     heuristic_params: dict[str, Any] | None = None
-    # the policy's own grid of release levels (None: the env's six)
+    # the policy's own grids of release levels and ready margins (None: the env's)
     release_levels: tuple[float, ...] | None = None
+    ready_margins: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_expert_seeds", "n_val_seeds", "bc_epochs", "batch_size"):
@@ -54,6 +55,11 @@ class DistillConfig:
 
             object.__setattr__(self, "release_levels",
                                check_release_levels(tuple(self.release_levels)))
+        if self.ready_margins is not None:
+            from cloudrl.algorithms.distill.actions import check_ready_margins
+
+            object.__setattr__(self, "ready_margins",
+                               check_ready_margins(tuple(self.ready_margins)))
         if self.lr <= 0 or not self.hiddens:
             raise ValueError("DistillConfig.lr must be > 0 and hiddens non-empty")
 
@@ -64,9 +70,17 @@ class DistillConfig:
 
         return RELEASE_LEVELS if self.release_levels is None else self.release_levels
 
+    @property
+    def margins(self) -> tuple[float, ...]:
+        """The ready margins the policy acts on."""
+        from envs.scenario.env import READY_MARGINS
+
+        return READY_MARGINS if self.ready_margins is None else self.ready_margins
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["hiddens"] = list(self.hiddens)
-        if self.release_levels is not None:
-            d["release_levels"] = list(self.release_levels)
+        for k in ("release_levels", "ready_margins"):
+            if getattr(self, k) is not None:
+                d[k] = list(getattr(self, k))
         return d

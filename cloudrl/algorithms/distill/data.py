@@ -18,7 +18,7 @@ import numpy as np
 
 from cloudrl.algorithms.distill.actions import action_controls, nearest_action
 from envs.scenario.control import Controller, plan_view
-from envs.scenario.env import RELEASE_LEVELS, observe
+from envs.scenario.env import READY_MARGINS, RELEASE_LEVELS, observe
 from envs.scenario.sim import ScenarioSim
 
 
@@ -60,9 +60,10 @@ class Demos:
 
 def collect(sim: ScenarioSim, expert: Controller, seeds: list[int],
             actor: Controller | None = None,
-            release_levels: tuple[float, ...] = RELEASE_LEVELS) -> Demos:
-    """Observations and expert actions (rounded to ``release_levels`` and the env's ready
-    margins) along ``actor``'s (default: the rounded expert's) episodes on ``seeds``."""
+            release_levels: tuple[float, ...] = RELEASE_LEVELS,
+            ready_margins: tuple[float, ...] = READY_MARGINS) -> Demos:
+    """Observations and expert actions (rounded to ``release_levels`` x ``ready_margins``)
+    along ``actor``'s (default: the rounded expert's) episodes on ``seeds``."""
     obs, acts, rows, costs = [], [], [], {}
     d = sim.cfg.decision_ticks
     for seed in seeds:
@@ -74,10 +75,11 @@ def collect(sim: ScenarioSim, expert: Controller, seeds: list[int],
             if sim.t % d == 0:
                 v = plan_view(sim)
                 obs.append(observe(sim, v))
-                a = nearest_action(v, *expert.decide(sim), release_levels)
+                a = nearest_action(v, *expert.decide(sim), release_levels, ready_margins)
                 acts.append(a)
                 rows.append(seed)
-                sim.set_controls(*(action_controls(v, a, release_levels) if actor is None
+                sim.set_controls(*(action_controls(v, a, release_levels, ready_margins)
+                                   if actor is None
                                    else actor.decide(sim)))
             sim.tick()
         costs[int(seed)] = float(sim.stats.summary()["cost_usd"])

@@ -35,7 +35,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cloudrl.algorithms.distill.actions import action_controls, check_release_levels
+from cloudrl.algorithms.distill.actions import (
+    action_controls,
+    check_ready_margins,
+    check_release_levels,
+)
 from envs.scenario.control import PlanView, plan_view
 from envs.scenario.env import OBS_NAMES, READY_MARGINS, RELEASE_LEVELS, observe
 from envs.scenario.sim import ACTIVE, BOOTING, OFF, RESUMING, SUSPENDED, ScenarioSim
@@ -50,13 +54,14 @@ class CheckpointError(ValueError):
     """A checkpoint directory that is missing, incomplete or does not fit the env."""
 
 
-def build_module(hiddens: tuple[int, ...], n_release: int = len(RELEASE_LEVELS)
-                 ) -> ScenarioPolicyModule:
+def build_module(hiddens: tuple[int, ...], n_release: int = len(RELEASE_LEVELS),
+                 n_ready: int = len(READY_MARGINS)) -> ScenarioPolicyModule:
     """A fresh module for the scenario env's observation space and its action branches
-    (``n_release`` release levels: the env's six unless the policy has its own grid)."""
+    (``n_release`` release levels and ``n_ready`` ready margins: the env's unless the
+    policy has grids of its own)."""
     return ScenarioPolicyModule(
         observation_space=gym.spaces.Box(-10.0, 10.0, (len(OBS_NAMES),), np.float32),
-        action_space=gym.spaces.MultiDiscrete([n_release, len(READY_MARGINS)]),
+        action_space=gym.spaces.MultiDiscrete([n_release, n_ready]),
         model_config={"hiddens": list(hiddens)})
 
 
@@ -67,14 +72,17 @@ class LearnedController:
 
     def __init__(self, module: ScenarioPolicyModule, name: str = "learned",
                  threads: int | None = 1,
-                 release_levels: tuple[float, ...] = RELEASE_LEVELS) -> None:
-        if module.branch_sizes[0] != len(release_levels):
-            raise ValueError(f"the module has {module.branch_sizes[0]} release actions, the "
-                             f"grid {len(release_levels)} levels")
+                 release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                 ready_margins: tuple[float, ...] = READY_MARGINS) -> None:
+        if list(module.branch_sizes) != [len(release_levels), len(ready_margins)]:
+            raise ValueError(f"the module has {module.branch_sizes} release and ready "
+                             f"actions, the grids {len(release_levels)} and "
+                             f"{len(ready_margins)} levels")
         self.module = module.eval()
         self.name = name
         self.threads = threads
         self.release_levels = tuple(release_levels)
+        self.ready_margins = tuple(ready_margins)
         self.decide_times: list[float] = []
 
     def reset(self, sim: ScenarioSim) -> None:
@@ -91,23 +99,27 @@ class LearnedController:
                 a = self.module.greedy(torch.from_numpy(observe(sim, v))[None])[0]
         finally:
             torch.set_num_threads(before)
-        out = action_controls(v, (int(a[0]), int(a[1])), self.release_levels)
+        out = action_controls(v, (int(a[0]), int(a[1])), self.release_levels,
+                              self.ready_margins)
         self.decide_times.append(time.perf_counter() - t0)
         return out
 
 
 def save_checkpoint(module: ScenarioPolicyModule, out: str | Path, hiddens: tuple[int, ...],
                     extra: dict[str, Any],
-                    release_levels: tuple[float, ...] = RELEASE_LEVELS) -> Path:
-    """Write ``module`` (its ``policy.json`` records a release grid other than the env's)."""
+                    release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                    ready_margins: tuple[float, ...] = READY_MARGINS) -> Path:
+    """Write ``module`` (its ``policy.json`` records grids other than the env's)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(module.state_dict(), out / WEIGHTS)
     spec = {"module": f"{ScenarioPolicyModule.__module__}.{ScenarioPolicyModule.__name__}",
             "model_config": {"hiddens": list(hiddens)}, "obs_names": list(OBS_NAMES),
-            "action_nvec": [len(release_levels), len(READY_MARGINS)], **extra}
+            "action_nvec": [len(release_levels), len(ready_margins)], **extra}
     if tuple(release_levels) != tuple(RELEASE_LEVELS):
         spec["release_levels"] = [float(x) for x in release_levels]
+    if tuple(ready_margins) != tuple(READY_MARGINS):
+        spec["ready_margins"] = [float(x) for x in ready_margins]
     (out / SPEC).write_text(json.dumps(spec, indent=2))
     return out
 
@@ -128,14 +140,14 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"--checkpoint {path}: {SPEC} is malformed ({e})") from None
     try:
-        levels = release_levels_of(spec)
+        levels, margins = release_levels_of(spec), ready_margins_of(spec)
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"--checkpoint {path}: {SPEC}: {e}") from None
     if spec.get("obs_names") != list(OBS_NAMES) or \
-            spec.get("action_nvec") != [len(levels), len(READY_MARGINS)]:
+            spec.get("action_nvec") != [len(levels), len(margins)]:
         raise CheckpointError(f"--checkpoint {path}: trained for another observation or "
                               f"action layout than this env's")
-    module = build_module(hiddens, len(levels))
+    module = build_module(hiddens, len(levels), len(margins))
     try:
         module.load_state_dict(torch.load(p / WEIGHTS, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError) as e:
@@ -150,9 +162,16 @@ def release_levels_of(spec: dict[str, Any]) -> tuple[float, ...]:
     return RELEASE_LEVELS if levels is None else check_release_levels(tuple(levels))
 
 
+def ready_margins_of(spec: dict[str, Any]) -> tuple[float, ...]:
+    """The ready margins a checkpoint's ``policy.json`` records (the env's when none)."""
+    margins = spec.get("ready_margins")
+    return READY_MARGINS if margins is None else check_ready_margins(tuple(margins))
+
+
 def load_controller(path: str | Path, name: str = "learned") -> LearnedController:
     module, spec = load_checkpoint(path)
-    return LearnedController(module, name, release_levels=release_levels_of(spec))
+    return LearnedController(module, name, release_levels=release_levels_of(spec),
+                             ready_margins=ready_margins_of(spec))
 
 
 # ---------------------------------------------------------------------- deciding from a view
@@ -241,8 +260,9 @@ class ServedLearnedController(LearnedController):
 
     def __init__(self, module: ScenarioPolicyModule, name: str = "learned",
                  threads: int | None = 1, scenario: str | None = None,
-                 release_levels: tuple[float, ...] = RELEASE_LEVELS) -> None:
-        super().__init__(module, name, threads, release_levels)
+                 release_levels: tuple[float, ...] = RELEASE_LEVELS,
+                 ready_margins: tuple[float, ...] = READY_MARGINS) -> None:
+        super().__init__(module, name, threads, release_levels, ready_margins)
         self.scenario = scenario
         self._static: ScenarioSim | None = None
 
@@ -266,7 +286,7 @@ class ServedLearnedController(LearnedController):
         if self._static is None:
             raise RuntimeError("reset(sim) first: the controller reads the scenario's fleet")
         return action_controls(view, self.greedy_action(view_observation(self._static, view)),
-                               self.release_levels)
+                               self.release_levels, self.ready_margins)
 
 
 def load_served_controller(path: str | Path, scenario: str | None = None,
@@ -281,4 +301,4 @@ def load_served_controller(path: str | Path, scenario: str | None = None,
         raise CheckpointError(f"--checkpoint {path}: trained on scenario {trained!r}, not "
                               f"{scenario!r} (serve it with --scenario {trained})")
     return ServedLearnedController(module, name, threads, trained or scenario,
-                                   release_levels_of(spec))
+                                   release_levels_of(spec), ready_margins_of(spec))
