@@ -312,3 +312,21 @@ def test_release_levels_must_be_an_increasing_grid():
             DistillConfig(ready_margins=bad)
     assert DistillConfig(ready_margins=(-0.5, 1)).margins == (-0.5, 1.0)
     assert DistillConfig().margins == READY_MARGINS
+
+
+def test_a_fine_tune_keeps_its_starts_grids_and_refuses_others(tmp_path, capsys):
+    """fine_tune_fields reads the start's hidden sizes and grids; asking the CLI for another
+    grid than the start's is one line and exit 2 before anything is trained."""
+    from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS
+    from cloudrl.algorithms.distill.policy import fine_tune_fields
+
+    save_checkpoint(build_module((16,), n_ready=len(FINE_READY_MARGINS)), tmp_path / "start",
+                    (16,), {"scenario": "tiny"}, ready_margins=FINE_READY_MARGINS)
+    fields = fine_tune_fields(tmp_path / "start")
+    assert fields == {"init_checkpoint": str(tmp_path / "start"), "hiddens": (16,),
+                      "release_levels": None, "ready_margins": FINE_READY_MARGINS}
+    rc = main(["scenarios", "distill", "--scenario", "tiny", "--out", str(tmp_path / "x"),
+               "--init-checkpoint", str(tmp_path / "start"), "--fine-release"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--fine-release" in err
+    assert not (tmp_path / "x").exists()

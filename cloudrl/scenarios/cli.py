@@ -196,20 +196,16 @@ def _cmd_distill(args: argparse.Namespace) -> int:
         mpc_params = json.loads(args.mpc_params) if args.mpc_params else {}
         MPCConfig(**mpc_params)
         extra = {}
-        if args.init_checkpoint:  # a fine-tune: the start's own hidden sizes
-            from cloudrl.algorithms.distill.policy import load_checkpoint
+        if args.init_checkpoint:  # a fine-tune: the start's own hidden sizes and grids
+            from cloudrl.algorithms.distill.policy import fine_tune_fields
 
-            spec = load_checkpoint(args.init_checkpoint)[1]
-            extra = {"init_checkpoint": args.init_checkpoint,
-                     "hiddens": tuple(spec["model_config"]["hiddens"]),
-                     "release_levels": spec.get("release_levels"),
-                     "ready_margins": spec.get("ready_margins")}
+            extra = fine_tune_fields(args.init_checkpoint)
         from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS, FINE_RELEASE_LEVELS
 
         for flag, key, grid in (("fine_release", "release_levels", FINE_RELEASE_LEVELS),
                                 ("fine_ready", "ready_margins", FINE_READY_MARGINS)):
             if getattr(args, flag):
-                if extra.get(key) not in (None, list(grid)):
+                if args.init_checkpoint and extra[key] != tuple(grid):
                     raise ValueError(f"--{flag.replace('_', '-')}: the --init-checkpoint "
                                      f"has another grid")
                 extra[key] = grid

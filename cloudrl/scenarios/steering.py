@@ -467,15 +467,10 @@ def _fine_tune(args: tuple) -> dict[str, Any]:
     else:
         def score(m: dict[str, float]) -> float:
             return -float(objective.score(features([m]))[0])
-    from cloudrl.algorithms.distill.policy import load_checkpoint
+    from cloudrl.algorithms.distill.policy import fine_tune_fields
 
-    spec = load_checkpoint(cfg["init"])[1]
-    hiddens = tuple(spec["model_config"]["hiddens"])
-    levels, margins = spec.get("release_levels"), spec.get("ready_margins")
     teacher = {"heuristic_params": params} if kind == "signal_aware" else {"mpc_params": params}
-    dc = DistillConfig(run_seed=run_seed, init_checkpoint=cfg["init"], **teacher,
-                       hiddens=hiddens, release_levels=None if levels is None else tuple(levels),
-                       ready_margins=None if margins is None else tuple(margins),
+    dc = DistillConfig(run_seed=run_seed, **fine_tune_fields(cfg["init"]), **teacher,
                        n_expert_seeds=cfg["expert_seeds"], dagger_rounds=cfg["rounds"],
                        dagger_seeds_per_round=cfg["round_seeds"], n_val_seeds=cfg["val_seeds"],
                        bc_epochs=cfg["bc_epochs"], round_epochs=cfg["round_epochs"])

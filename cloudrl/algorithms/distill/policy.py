@@ -168,6 +168,17 @@ def ready_margins_of(spec: dict[str, Any]) -> tuple[float, ...]:
     return READY_MARGINS if margins is None else check_ready_margins(tuple(margins))
 
 
+def fine_tune_fields(path: str | Path) -> dict[str, Any]:
+    """The :class:`~cloudrl.algorithms.distill.config.DistillConfig` fields of a fine-tune
+    of the checkpoint at ``path``: the start itself, its hidden sizes and its action grids
+    (``None`` where it uses the env's)."""
+    spec = load_checkpoint(path)[1]
+    levels, margins = spec.get("release_levels"), spec.get("ready_margins")
+    return {"init_checkpoint": str(path), "hiddens": tuple(spec["model_config"]["hiddens"]),
+            "release_levels": None if levels is None else tuple(levels),
+            "ready_margins": None if margins is None else tuple(margins)}
+
+
 def load_controller(path: str | Path, name: str = "learned") -> LearnedController:
     module, spec = load_checkpoint(path)
     return LearnedController(module, name, release_levels=release_levels_of(spec),
