@@ -220,6 +220,24 @@ def _cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_es(args: argparse.Namespace) -> int:
+    from cloudrl.algorithms.distill.policy import CheckpointError, load_checkpoint
+    from cloudrl.algorithms.es.command import train_to_dir
+    from cloudrl.algorithms.es.config import ESConfig
+
+    cfg = load_scenario(args.scenario)
+    try:
+        load_checkpoint(args.init_checkpoint)
+        ec = ESConfig(**{k: getattr(args, k) for k in (
+            "run_seed", "iterations", "pairs", "seeds_per_candidate", "sigma", "lr",
+            "eval_every", "n_val_seeds", "params", "workers")})
+    except (ValueError, TypeError, CheckpointError) as e:
+        return _fail(f"es: {e}")
+    train_to_dir(cfg, args.init_checkpoint, ec, args.out,
+                 command=" ".join(["cloudrl", *sys.argv[1:]]))
+    return 0
+
+
 def _cmd_scenario_headline(args: argparse.Namespace) -> int:
     from cloudrl.scenarios.headline import ScenarioHeadlineConfig, run_scenario_headline, tiny
 
@@ -234,7 +252,7 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
                                          "publish", "headline_json", "workers",
                                          "tracking_uri", "rl_env_steps", "expert_seeds",
                                          "dagger_rounds", "dagger_seeds",
-                                         "distill_val_seeds")
+                                         "distill_val_seeds", "es_iterations", "es_pairs")
           if getattr(args, k) is not None}
     if args.run_seeds is not None:
         kw["run_seeds"] = tuple(args.run_seeds)
@@ -281,7 +299,8 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
                         "file instead of tuning")
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
-                        "distill_fine_ready, bdq, dqn, ppo (default distill)")
+                        "distill_fine_ready, each also with _es (then fine-tuned on the true "
+                        "cost), bdq, dqn, ppo (default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--expert-seeds", type=int,
                    help="train seeds the MPC plays for the distill families (default 20)")
@@ -289,6 +308,10 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--dagger-seeds", type=int, help="train seeds per DAgger round (default 4)")
     g.add_argument("--distill-val-seeds", type=int,
                    help="validation seeds that pick a distill run's round (default 4)")
+    g.add_argument("--es-iterations", type=int,
+                   help="evolution-strategies iterations per *_es run (default 20)")
+    g.add_argument("--es-pairs", type=int,
+                   help="antithetic pairs per evolution-strategies iteration (default 8)")
     g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
     g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
                                                     "(e.g. checkpoints/NAME)")
@@ -366,6 +389,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "a smaller fleet) instead of starting afresh; "
                                               "it competes as round -1")
     ds.set_defaults(func=_cmd_distill)
+    es = ss.add_parser("es", help="fine-tune a learned policy on the true cost by evolution "
+                                  "strategies (train seeds; the start competes on validation)")
+    es.add_argument("--scenario", required=True)
+    es.add_argument("--init-checkpoint", required=True,
+                    help="the checkpoint to start from (from 'cloudrl scenarios distill')")
+    es.add_argument("--out", required=True, help="checkpoint directory to write")
+    es.add_argument("--run-seed", type=int, default=0, help="seeds the perturbations and "
+                                                            "the train seeds drawn")
+    es.add_argument("--iterations", type=int, default=20)
+    es.add_argument("--pairs", type=int, default=8, help="antithetic pairs per iteration")
+    es.add_argument("--seeds-per-candidate", type=int, default=4,
+                    help="train seeds every perturbed policy plays per iteration")
+    es.add_argument("--sigma", type=float, default=0.02, help="perturbation scale")
+    es.add_argument("--lr", type=float, default=0.005, help="Adam step size")
+    es.add_argument("--eval-every", type=int, default=5,
+                    help="iterations between validation scores")
+    es.add_argument("--n-val-seeds", type=int, default=10,
+                    help="validation seeds that pick the iteration kept")
+    es.add_argument("--params", default="head", help="head (the logits layer) or all")
+    es.add_argument("--workers", type=int, default=None)
+    es.set_defaults(func=_cmd_es)
     from cloudrl.scenarios.steer_cli import add_steer_parser
 
     add_steer_parser(ss)

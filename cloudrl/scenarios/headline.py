@@ -10,6 +10,8 @@ seeds, the claim on the held-out test seeds):
    tuned MPC; ``distill_default``: the same from the MPC at its defaults;
    ``distill_fine``: ``distill_default`` on a release grid of its own in steps of 0.05;
    ``distill_fine_ready``: ``distill_default`` with ready margins of its own;
+   ``<family>_es`` for each of these: that family's run, then fine-tuned on the true cost
+   by evolution strategies (:mod:`cloudrl.algorithms.es`);
    the RLlib families ``bdq``, ``dqn``, ``ppo``) once per run seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
@@ -68,6 +70,8 @@ class ScenarioHeadlineConfig:
     dagger_rounds: int = 2
     dagger_seeds: int = 4
     distill_val_seeds: int = 4  # validation seeds that pick a distillation run's DAgger round
+    es_iterations: int = 20  # per ``*_es`` run (20 x 64 episodes: ~7 min on 2 cores at N=50)
+    es_pairs: int = 8
     out_dir: str = "results/headline_scenario"
     publish: str | None = None  # copy the claimed run's checkpoint here
     headline_json: str | None = None  # merge the row into this headline.json
@@ -78,7 +82,8 @@ class ScenarioHeadlineConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_test_seeds", "n_val_seeds", "tune_samples", "tune_seeds",
-                     "mpc_samples", "expert_seeds", "distill_val_seeds"):
+                     "mpc_samples", "expert_seeds", "distill_val_seeds", "es_iterations",
+                     "es_pairs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"headline: {name.replace('_', '-')} must be >= 1, "
                                  f"got {getattr(self, name)}")
@@ -105,7 +110,7 @@ def tiny(cfg: ScenarioHeadlineConfig) -> ScenarioHeadlineConfig:
     return replace(cfg, scenario="tiny", n_test_seeds=3, n_val_seeds=2, tune_samples=2,
                    tune_seeds=2, mpc_samples=1, run_seeds=(0, 1), expert_seeds=3,
                    dagger_rounds=1, dagger_seeds=1, params_from=None, rl_env_steps=480,
-                   tiny=True)
+                   es_iterations=1, es_pairs=1, tiny=True)
 
 
 # --- candidate families -------------------------------------------------------------------
@@ -162,8 +167,53 @@ def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params:
            + (" --fine-ready" if ready_margins is not None else ""))
     cache = out.parent / ("expert" + ("-fine" if release_levels is not None else "")
                           + ("-ready" if ready_margins is not None else "") + ".npz")
-    train_to_dir(scn, dc, out, cache, command=cmd)
+    if _trained(out, scn, dc.to_dict()):
+        print(f"reusing {out}: trained earlier with the same scenario and config", flush=True)
+    else:
+        train_to_dir(scn, dc, out, cache, command=cmd)
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
+
+
+def _trained(out: Path, scn: ScenarioConfig, config: dict[str, Any]) -> bool:
+    """Whether ``out`` holds a checkpoint of this scenario and config (training is
+    deterministic given both, so a rerun into the same directory resumes)."""
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    same = json.loads(json.dumps({"s": scn.model_dump(mode="json"), "c": config}))
+    return ((out / "policy.json").is_file() and manifest.get("config") == same["c"]
+            and manifest.get("scenario_config") == same["s"])
+
+
+def _train_es(base: str) -> Trainer:
+    """Family ``base``'s run (trained, or reused from ``base``'s own directory), then
+    fine-tuned on the true cost by evolution strategies; the start competes on validation
+    seeds, so the family is never worse there than ``base``."""
+
+    def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                  run_seed: int, out: Path) -> ControllerSpec:
+        from cloudrl.algorithms.es.command import train_to_dir
+        from cloudrl.algorithms.es.config import ESConfig
+
+        start = out.parent.parent / base / f"run{run_seed}"
+        available_families()[base](scn, cfg, mpc_params, run_seed, start)
+        ec = ESConfig(run_seed=run_seed, iterations=cfg.es_iterations, pairs=cfg.es_pairs,
+                      seeds_per_candidate=1 if cfg.tiny else 4,
+                      eval_every=1 if cfg.tiny else 5, n_val_seeds=cfg.n_val_seeds,
+                      workers=cfg.workers)
+        cmd = (f"cloudrl scenarios es --scenario {scn.name} --init-checkpoint {start} "
+               f"--out {out} --run-seed {run_seed} --iterations {ec.iterations} --pairs "
+               f"{ec.pairs} --seeds-per-candidate {ec.seeds_per_candidate} --eval-every "
+               f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}")
+        if _trained(out, scn, ec.to_dict()):
+            print(f"reusing {out}: trained earlier with the same scenario and config",
+                  flush=True)
+        else:
+            train_to_dir(scn, start, ec, out, command=cmd)
+        return ControllerSpec("learned", {"checkpoint": str(out)}, f"{base}_es-run{run_seed}")
+
+    return train_one
 
 
 def _train_rllib(algo: str) -> Trainer:
@@ -188,8 +238,10 @@ def _train_rllib(algo: str) -> Trainer:
 def available_families() -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one)."""
-    return {"distill": _train_distill, "distill_default": _train_distill_default,
-            "distill_fine": _train_distill_fine, "distill_fine_ready": _train_distill_fine_ready,
+    distilled = {"distill": _train_distill, "distill_default": _train_distill_default,
+                 "distill_fine": _train_distill_fine,
+                 "distill_fine_ready": _train_distill_fine_ready}
+    return {**distilled, **{f"{name}_es": _train_es(name) for name in distilled},
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo")}
 
 

@@ -1,0 +1,178 @@
+"""Evolution strategies on the true cost, from a distilled checkpoint.
+
+Imitation makes a student as good as its teacher at best; this step lets the student
+improve on the cost itself. Natural-evolution-strategies gradient estimate (antithetic
+Gaussian perturbations, centred-rank fitness shaping, Adam), the policy kept greedy:
+
+1. ``theta``: the start's parameters (the logits layer, or every weight).
+2. Per iteration: draw ``seeds_per_candidate`` TRAIN seeds, play ``theta + sigma eps_i``
+   and ``theta - sigma eps_i`` for ``pairs`` directions on those same seeds (common random
+   numbers), rank the ``2 x pairs`` mean costs, and step along
+   ``sum_i (rank(+i) - rank(-i)) eps_i`` (lower cost, lower rank).
+3. Every ``eval_every`` iterations, score ``theta`` on validation seeds; the start competes
+   as iteration 0 and the lowest score is returned.
+
+Episodes run in worker processes (spawned: they run torch), each holding the scenario's
+simulator and a copy of the module; a job sends one parameter vector and one seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloudrl.algorithms.es.config import ESConfig
+from cloudrl.protocol import train_seeds, validation_seeds
+from envs.scenario.config import ScenarioConfig
+
+Objective = Callable[[dict[str, float]], float]
+
+_WORKER: dict[str, Any] = {}
+
+
+def _cost(metrics: dict[str, float]) -> float:
+    return float(metrics["cost_usd"])
+
+
+def tuned_parameters(module: torch.nn.Module, which: str) -> list[torch.nn.Parameter]:
+    """The parameters the search moves: the logits layer (``head``) or all of them."""
+    if which == "head":
+        return list(module.logits.parameters())
+    return list(module.parameters())
+
+
+def _init(scn: ScenarioConfig, checkpoint: str, which: str) -> None:
+    from cloudrl.algorithms.distill.policy import load_controller
+    from cloudrl.quiet import quiet_library_logs
+    from envs.scenario.sim import ScenarioSim
+
+    quiet_library_logs()
+    torch.set_num_threads(1)
+    ctrl = load_controller(checkpoint)
+    _WORKER.update(sim=ScenarioSim(scn), ctrl=ctrl,
+                   params=tuned_parameters(ctrl.module, which))
+
+
+def _play(job: tuple[np.ndarray, int]) -> dict[str, float]:
+    from envs.scenario.control import run_episode
+
+    vec, seed = job
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(vec).float(), _WORKER["params"])
+    return dict(run_episode(_WORKER["sim"], _WORKER["ctrl"], seed).metrics)
+
+
+class _Players:
+    """Plays (parameter vector, seed) jobs in worker processes, or in-process for one."""
+
+    def __init__(self, scn: ScenarioConfig, checkpoint: str, which: str, workers: int) -> None:
+        self.pool = None
+        if workers == 1:
+            _init(scn, checkpoint, which)
+        else:
+            import multiprocessing
+
+            from cloudrl.quiet import quiet_library_logs
+
+            quiet_library_logs()
+            self.pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"),
+                                            initializer=_init,
+                                            initargs=(scn, checkpoint, which))
+
+    def play(self, jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, float]]:
+        if self.pool is None:
+            return [_play(j) for j in jobs]
+        return list(self.pool.map(_play, jobs, chunksize=max(1, len(jobs) // 16)))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def centred_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of ``x`` scaled to [-0.5, 0.5] (ties broken by position)."""
+    flat = np.asarray(x, float).ravel()
+    r = np.empty(flat.size)
+    r[np.argsort(flat, kind="stable")] = np.arange(flat.size)
+    return (r / max(flat.size - 1, 1) - 0.5).reshape(np.shape(x))
+
+
+@dataclass
+class ESResult:
+    module: torch.nn.Module
+    kept_iteration: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    episodes: int = 0
+    wall_s: float = 0.0
+
+
+def es_finetune(scn: ScenarioConfig, init_checkpoint: str, cfg: ESConfig,
+                log: Callable[[str], None] = print, objective: Objective | None = None
+                ) -> ESResult:
+    """Fine-tune ``init_checkpoint`` on ``scn`` (see the module docstring)."""
+    import os
+
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    t0 = time.perf_counter()
+    objective = objective or _cost
+    module, _ = load_checkpoint(init_checkpoint)
+    params = tuned_parameters(module, cfg.params)
+    theta = torch.nn.utils.parameters_to_vector(params).detach().double().numpy().copy()
+    rng = np.random.default_rng(cfg.run_seed)
+    pool_seeds = list(train_seeds(50))
+    val = list(validation_seeds(cfg.n_val_seeds))
+    workers = cfg.workers or max(1, min(os.cpu_count() or 1, 2 * cfg.pairs))
+    players = _Players(scn, str(init_checkpoint), cfg.params, workers)
+    adam_m, adam_v = np.zeros_like(theta), np.zeros_like(theta)
+    history: list[dict[str, Any]] = []
+    kept: list[tuple[float, int, np.ndarray]] = []
+    episodes = 0
+
+    def score(k: int) -> None:
+        nonlocal episodes
+        v = float(np.mean([objective(m) for m in players.play([(theta, s) for s in val])]))
+        episodes += len(val)
+        kept.append((v, k, theta.copy()))
+        history.append({"iteration": k, "val": v, "wall_s": time.perf_counter() - t0})
+        log(f"iteration {k}: validation {'cost' if objective is _cost else 'objective'} "
+            f"{v:.3f} on {len(val)} seeds ({time.perf_counter() - t0:.0f} s)")
+
+    try:
+        score(0)
+        for it in range(1, cfg.iterations + 1):
+            eps = rng.standard_normal((cfg.pairs, theta.size))
+            seeds = [int(s) for s in rng.choice(pool_seeds, cfg.seeds_per_candidate,
+                                                replace=False)]
+            jobs = [(theta + sign * cfg.sigma * eps[i], s)
+                    for i in range(cfg.pairs) for sign in (1.0, -1.0) for s in seeds]
+            out = np.array([objective(m) for m in players.play(jobs)])
+            episodes += len(jobs)
+            fit = out.reshape(cfg.pairs, 2, len(seeds)).mean(-1)
+            ranks = centred_ranks(fit)
+            grad = ((ranks[:, 0] - ranks[:, 1])[:, None] * eps).sum(0) / (cfg.pairs * cfg.sigma)
+            adam_m = 0.9 * adam_m + 0.1 * grad
+            adam_v = 0.999 * adam_v + 0.001 * grad * grad
+            step = (adam_m / (1 - 0.9 ** it)) / (np.sqrt(adam_v / (1 - 0.999 ** it)) + 1e-8)
+            theta = theta - cfg.lr * step
+            history.append({"iteration": it, "seeds": seeds, "population_mean": float(fit.mean()),
+                            "pair_gap": float(np.abs(fit[:, 0] - fit[:, 1]).mean()),
+                            "wall_s": time.perf_counter() - t0})
+            log(f"iteration {it}: population mean {fit.mean():.3f}, mean antithetic gap "
+                f"{history[-1]['pair_gap']:.3f} on seeds {seeds}")
+            if it % cfg.eval_every == 0 or it == cfg.iterations:
+                score(it)
+    finally:
+        players.close()
+    best_val, best_it, best_theta = min(kept, key=lambda x: (x[0], x[1]))
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(best_theta).float(), params)
+    log(f"kept iteration {best_it} (validation {best_val:.3f}; the start "
+        f"{kept[0][0]:.3f})")
+    return ESResult(module.eval(), best_it, history, episodes, time.perf_counter() - t0)
