@@ -238,3 +238,47 @@ def test_steer_runs_on_tiny_with_the_learned_family(ray_session, tmp_path, capsy
     assert (tmp_path / "learned" / "tiny" / "green_wear" / "steered-run0" / "policy.pt").exists()
     assert doc["chosen"]["default/learned"]["checkpoint"] == str(tmp_path / "start")
     assert (tmp_path / "cache.json").exists()
+
+
+@pytest.mark.slow
+def test_steer_learned_by_evolution_strategies_on_the_learned_reward(ray_session, tmp_path,
+                                                                    capsys):
+    """--learned-method es: no teacher; each run seed's reward model scores the episodes
+    of the search, the hidden-tuned reference searches on the hidden utility itself."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import build_module, save_checkpoint
+    from cloudrl.protocol import validation_seeds
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+    from cloudrl.scenarios.steering import UTILITIES
+    from envs.scenario.catalog import load_scenario
+
+    torch.manual_seed(0)
+    save_checkpoint(build_module((16,)), tmp_path / "start", (16,), {"scenario": "tiny"})
+    out = tmp_path / "steer.json"
+    code = cli.main(["scenarios", "steer", "--scenario", "tiny", "--utility", "sla_first",
+                     "--comparisons", "40", "--pool-heuristic", "3", "--pool-mpc", "1",
+                     "--pool-seeds", "1", "--tune-heuristic", "2", "--tune-mpc", "1",
+                     "--tune-seeds", "1", "--n-test-seeds", "2", "--run-seed", "0",
+                     "--workers", "1", "--cache", str(tmp_path / "cache.json"),
+                     "--learned", "--learned-method", "es", "--learned-es-iterations", "1",
+                     "--init-checkpoint", str(tmp_path / "start"),
+                     "--learned-out", str(tmp_path / "learned"),
+                     "--learned-val-seeds", "1", "--json", str(out)])
+    assert code == 0
+    assert "gap closed" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    rows = {(r["family"], r["policy"]) for r in doc["rows"]}
+    assert {("learned", "default-tuned"), ("learned", "hidden-tuned"),
+            ("learned", "steered (run 0)")} <= rows
+    steered, hidden = doc["chosen"]["steered0/learned"], doc["chosen"]["hidden/learned"]
+    assert steered["method"] == hidden["method"] == "es"
+    assert steered["objective"] == "the learned reward"
+    assert hidden["objective"] == "the hidden utility"
+    root = tmp_path / "learned" / "tiny" / "sla_first" / "es"
+    assert (root / "steered-run0" / "policy.pt").exists()
+    # the hidden reference's validation score is the hidden utility of its episodes
+    start_val = hidden["history"][0]["val"]
+    ms = run_controllers(load_scenario("tiny"), [ControllerSpec(
+        "learned", {"checkpoint": str(tmp_path / "start")})], list(validation_seeds(1)), 1)[0]
+    assert start_val == pytest.approx(UTILITIES["sla_first"](ms[0]))

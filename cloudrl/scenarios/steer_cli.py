@@ -19,7 +19,8 @@ def _cmd_steer(args: argparse.Namespace) -> int:
                                              "tune_heuristic", "tune_mpc", "tune_seeds",
                                              "workers", "init_checkpoint", "learned_out",
                                              "learned_expert_seeds", "learned_rounds",
-                                             "learned_round_seeds", "learned_val_seeds")
+                                             "learned_round_seeds", "learned_val_seeds",
+                                             "learned_method", "learned_es_iterations")
               if getattr(args, k) is not None}
         from cloudrl.scenarios.steering import SteerConfig
 
@@ -82,6 +83,11 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
     st.add_argument("--learned-round-seeds", type=int, help="train seeds per round (default 4)")
     st.add_argument("--learned-val-seeds", type=int,
                     help="validation seeds that pick the round kept (default 8)")
+    st.add_argument("--learned-method", choices=("dagger", "es"),
+                    help="dagger (towards the steered teacher; default) or es (evolution "
+                         "strategies on the learned reward itself)")
+    st.add_argument("--learned-es-iterations", type=int,
+                    help="evolution-strategies iterations per fine-tune (default 15)")
     st.add_argument("--cache", default="results/steer/episodes.json",
                     help="episode cache (JSON), shared across utilities and run seeds")
     st.add_argument("--no-cache", action="store_true", help="do not read or write the cache")

@@ -37,7 +37,10 @@ Steps (``steer``):
    whichever the learned reward scores higher), and the round kept is the one with the
    best mean learned reward on validation seeds (the start competes too); the
    hidden-tuned reference is the same fine-tune towards the hidden-tuned teacher, kept by
-   the hidden utility.
+   the hidden utility. With ``learned_method="es"`` the fine-tune is evolution strategies
+   on the learned reward itself (:mod:`cloudrl.algorithms.es`: no teacher; each run
+   seed's reward model scores the episodes), and the hidden-tuned reference is the same
+   search on the hidden utility.
 6. Test (TEST seeds): every chosen point under the hidden utility, paired by seed, 95%
    t-intervals; the gap closed is (U(default) - U(steered)) / (U(default) - U(hidden)).
 
@@ -306,6 +309,8 @@ class SteerConfig:
     learned_val_seeds: int = 8
     learned_bc_epochs: int = 20
     learned_round_epochs: int = 15
+    learned_method: str = "dagger"  # or "es": evolution strategies on the learned reward
+    learned_es_iterations: int = 15
 
     def __post_init__(self) -> None:
         if self.utility not in UTILITIES:
@@ -328,6 +333,11 @@ class SteerConfig:
             from cloudrl.algorithms.distill.policy import load_checkpoint
 
             load_checkpoint(self.init_checkpoint or f"checkpoints/{self.scenario}")
+        if self.learned_method not in ("dagger", "es"):
+            raise ValueError(f"--learned-method {self.learned_method!r}: valid: dagger, es")
+        if self.learned_es_iterations < 1:
+            raise ValueError(f"learned_es_iterations must be >= 1, got "
+                             f"{self.learned_es_iterations}")
         if self.learned_rounds < 0 or self.learned_round_seeds < 0 or \
                 self.learned_round_epochs < 0:
             raise ValueError("learned_rounds, learned_round_seeds and learned_round_epochs "
@@ -497,6 +507,8 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
 
     init = cfg.init_checkpoint or f"checkpoints/{scn.name}"
     root = Path(cfg.learned_out) / scn.name / cfg.utility
+    if cfg.learned_method == "es":
+        return _steer_learned_es(scn, cfg, chosen, models, init, root / "es", log)
     kw = {"init": init, "expert_seeds": cfg.learned_expert_seeds, "rounds": cfg.learned_rounds,
           "round_seeds": cfg.learned_round_seeds, "val_seeds": cfg.learned_val_seeds,
           "bc_epochs": cfg.learned_bc_epochs, "round_epochs": cfg.learned_round_epochs}
@@ -537,6 +549,45 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
                        "kept_round": d["kept_round"], "checkpoint": d["checkpoint"],
                        "rounds": d["rounds"]}
     chosen["default/learned"] = {"params": {}, "checkpoint": init}
+    return specs
+
+
+def _steer_learned_es(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[str, Any]],
+                      models: dict[int, RewardModel], init: str, root: Path,
+                      log: Callable[[str], None]) -> dict[str, ControllerSpec]:
+    """:func:`steer_learned` by evolution strategies: per run seed, ``init`` fine-tuned on
+    that run seed's learned reward (steered); once, on the hidden utility itself
+    (hidden-tuned, the first run seed's perturbations). One search at a time, each over
+    ``workers`` processes."""
+    from cloudrl.algorithms.es.command import train_to_dir
+    from cloudrl.algorithms.es.config import ESConfig
+
+    def learned_objective(model: RewardModel) -> Callable[[dict[str, float]], float]:
+        return lambda m: -float(model.score(features([m]))[0])
+
+    jobs = [(f"steered{rs}/learned", rs, learned_objective(models[rs]), "the learned reward")
+            for rs in cfg.run_seeds]
+    rs0 = cfg.run_seeds[0]
+    jobs.append(("hidden/learned", rs0, UTILITIES[cfg.utility], "the hidden utility"))
+    specs = {"default/learned": _learned_spec(Path(init))}
+    chosen["default/learned"] = {"params": {}, "checkpoint": init}
+    t0 = time.perf_counter()
+    for key, rs, objective, what in jobs:
+        out = root / f"{key.split('/')[0].rstrip('0123456789')}-run{rs}"
+        ec = ESConfig(run_seed=rs, iterations=cfg.learned_es_iterations,
+                      n_val_seeds=cfg.learned_val_seeds, workers=cfg.workers)
+        lines: list[str] = []
+        res = train_to_dir(scn, init, ec, out, objective=objective, log=lines.append,
+                           command=f"cloudrl scenarios steer --learned --learned-method es "
+                                   f"({key}: evolution strategies on {what})")
+        log(f"learned ES on {what} -> {out}: kept iteration {res.kept_iteration} "
+            f"(validation: " + ", ".join(f"{h['iteration']}: {h['val']:.2f}"
+                                         for h in res.history if "val" in h) + ")")
+        specs[key] = _learned_spec(out)
+        chosen[key] = {"params": {}, "method": "es", "objective": what,
+                       "kept_iteration": res.kept_iteration, "checkpoint": str(out),
+                       "history": res.history}
+    log(f"learned ES fine-tunes: {len(jobs)} in {time.perf_counter() - t0:.0f} s")
     return specs
 
 
