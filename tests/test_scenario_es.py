@@ -123,3 +123,29 @@ def test_a_headline_es_family_fine_tunes_its_base_runs_and_reuses_them(tmp_path,
     assert main(argv) == 0  # the same command again resumes: nothing is retrained
     out = capsys.readouterr().out
     assert out.count("reusing") == 6  # distill x 2, and each _es run's start and itself
+
+
+def test_a_run_is_reused_only_with_the_same_scenario_and_config(tmp_path):
+    from cloudrl.scenarios.headline import _trained
+
+    scn = load_scenario("tiny")
+    config = ESConfig().to_dict()
+    out = tmp_path / "run"
+    assert not _trained(out, scn, config)  # nothing there
+    _, path = _start(tmp_path)
+    out = path
+    manifest = {"config": config, "scenario_config": scn.model_dump(mode="json")}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert _trained(out, scn, config)
+    assert not _trained(out, scn, {**config, "iterations": 21})
+    assert not _trained(out, load_scenario("scarcity_spikes"), config)
+    # a field the manifest lacks was added later with the default None
+    (out / "manifest.json").write_text(json.dumps({**manifest, "config": config}))
+    assert _trained(out, scn, {**config, "added_later": None})
+    assert not _trained(out, scn, {**config, "added_later": 1})
+    (out / "manifest.json").write_text(json.dumps({**manifest, "config": {**config, "x": 1}}))
+    assert not _trained(out, scn, config)  # the manifest has a field the config lacks
+    (out / "policy.pt").unlink()
+    (out / "policy.json").unlink()
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert not _trained(out, scn, config)  # no checkpoint beside the manifest

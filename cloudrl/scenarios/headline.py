@@ -182,7 +182,10 @@ def _trained(out: Path, scn: ScenarioConfig, config: dict[str, Any]) -> bool:
     except (OSError, ValueError):
         return False
     same = json.loads(json.dumps({"s": scn.model_dump(mode="json"), "c": config}))
-    return ((out / "policy.json").is_file() and manifest.get("config") == same["c"]
+    recorded = manifest.get("config") or {}
+    # a field a manifest lacks was added to the config later, with the default None
+    return ((out / "policy.json").is_file() and set(recorded) <= set(same["c"])
+            and {k: recorded.get(k) for k in same["c"]} == same["c"]
             and manifest.get("scenario_config") == same["s"])
 
 
