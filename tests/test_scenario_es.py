@@ -4,6 +4,7 @@ scenario: fitness shaping, what the search moves and keeps, the CLI, the headlin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -149,3 +150,22 @@ def test_a_run_is_reused_only_with_the_same_scenario_and_config(tmp_path):
     (out / "policy.json").unlink()
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert not _trained(out, scn, config)  # no checkpoint beside the manifest
+
+
+def test_the_same_run_seed_gives_the_same_policy_and_another_seed_another_search(tmp_path):
+    _, path = _start(tmp_path)
+    cfg = ESConfig(**{**TINY, "iterations": 1})
+
+    def run(seed):
+        return es_finetune(load_scenario("tiny"), str(path), replace(cfg, run_seed=seed),
+                           log=lambda _: None)
+
+    a, b, c = run(0), run(0), run(1)
+    assert [h.get("seeds") for h in a.history] == [h.get("seeds") for h in b.history]
+    assert [h.get("population_mean") for h in a.history] == \
+        [h.get("population_mean") for h in b.history]
+    for k, v in a.module.state_dict().items():
+        assert torch.equal(b.module.state_dict()[k], v)
+    assert [h.get("seeds") for h in a.history] != [h.get("seeds") for h in c.history] or \
+        [h.get("population_mean") for h in a.history] != \
+        [h.get("population_mean") for h in c.history]
