@@ -169,3 +169,19 @@ def test_the_same_run_seed_gives_the_same_policy_and_another_seed_another_search
     assert [h.get("seeds") for h in a.history] != [h.get("seeds") for h in c.history] or \
         [h.get("population_mean") for h in a.history] != \
         [h.get("population_mean") for h in c.history]
+
+
+def test_a_fine_tune_is_reused_only_from_the_same_start(tmp_path):
+    """A base run retrained with another config makes its fine-tune stale."""
+    from cloudrl.algorithms.es.command import train_to_dir, weights_digest
+    from cloudrl.scenarios.headline import _trained
+
+    scn = load_scenario("tiny")
+    _, path = _start(tmp_path)
+    cfg = ESConfig(**{**TINY, "iterations": 1})
+    train_to_dir(scn, path, cfg, tmp_path / "es", log=lambda _: None)
+    assert _trained(tmp_path / "es", scn, cfg.to_dict(), init_digest=weights_digest(path))
+    torch.manual_seed(1)
+    save_checkpoint(build_module((16,)), path, (16,), {"scenario": "tiny"})  # retrained
+    assert not _trained(tmp_path / "es", scn, cfg.to_dict(),
+                        init_digest=weights_digest(path))

@@ -174,12 +174,16 @@ def _train_distill(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params:
     return ControllerSpec("learned", {"checkpoint": str(out)}, f"distill-run{run_seed}")
 
 
-def _trained(out: Path, scn: ScenarioConfig, config: dict[str, Any]) -> bool:
+def _trained(out: Path, scn: ScenarioConfig, config: dict[str, Any],
+             **recorded_as: str) -> bool:
     """Whether ``out`` holds a checkpoint of this scenario and config (training is
-    deterministic given both, so a rerun into the same directory resumes)."""
+    deterministic given both, so a rerun into the same directory resumes); every
+    ``recorded_as`` item must also be in its manifest as it is (e.g. the start's digest)."""
     try:
         manifest = json.loads((out / "manifest.json").read_text())
     except (OSError, ValueError):
+        return False
+    if any(manifest.get(k) != v for k, v in recorded_as.items()):
         return False
     same = json.loads(json.dumps({"s": scn.model_dump(mode="json"), "c": config}))
     recorded = manifest.get("config") or {}
@@ -196,7 +200,7 @@ def _train_es(base: str) -> Trainer:
 
     def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
                   run_seed: int, out: Path) -> ControllerSpec:
-        from cloudrl.algorithms.es.command import train_to_dir
+        from cloudrl.algorithms.es.command import train_to_dir, weights_digest
         from cloudrl.algorithms.es.config import ESConfig
 
         start = out.parent.parent / base / f"run{run_seed}"
@@ -209,7 +213,7 @@ def _train_es(base: str) -> Trainer:
                f"--out {out} --run-seed {run_seed} --iterations {ec.iterations} --pairs "
                f"{ec.pairs} --seeds-per-candidate {ec.seeds_per_candidate} --eval-every "
                f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}")
-        if _trained(out, scn, ec.to_dict()):
+        if _trained(out, scn, ec.to_dict(), init_digest=weights_digest(start)):
             print(f"reusing {out}: trained earlier with the same scenario and config",
                   flush=True)
         else:

@@ -4,6 +4,7 @@ machine). The result is a checkpoint like the start's: ``evaluate`` and ``serve`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -20,6 +21,11 @@ from cloudrl.algorithms.es.algorithm import ESResult, Objective, es_finetune
 from cloudrl.algorithms.es.config import ESConfig
 from cloudrl.protocol import validation_seeds
 from envs.scenario.config import ScenarioConfig
+
+
+def weights_digest(checkpoint: str | Path) -> str:
+    """The SHA-256 of a checkpoint's weights file: which start a fine-tune began from."""
+    return hashlib.sha256((Path(checkpoint) / "policy.pt").read_bytes()).hexdigest()
 
 
 def train_to_dir(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig,
@@ -41,6 +47,7 @@ def train_to_dir(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
         "run_seed": cfg.run_seed, "init_checkpoint": str(init_checkpoint),
+        "init_digest": weights_digest(init_checkpoint),
         "seeds": {"train": sorted({s for h in res.history for s in h.get("seeds", [])}),
                   "validation": list(validation_seeds(cfg.n_val_seeds)), "test": []},
         "config": cfg.to_dict(), "kept_iteration": res.kept_iteration,
