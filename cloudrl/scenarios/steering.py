@@ -565,15 +565,16 @@ def _steer_learned_es(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, d
     def learned_objective(model: RewardModel) -> Callable[[dict[str, float]], float]:
         return lambda m: -float(model.score(features([m]))[0])
 
-    jobs = [(f"steered{rs}/learned", rs, learned_objective(models[rs]), "the learned reward")
-            for rs in cfg.run_seeds]
+    jobs = [(f"steered{rs}/learned", f"steered-run{rs}", rs, learned_objective(models[rs]),
+             "the learned reward") for rs in cfg.run_seeds]
     rs0 = cfg.run_seeds[0]
-    jobs.append(("hidden/learned", rs0, UTILITIES[cfg.utility], "the hidden utility"))
+    jobs.append(("hidden/learned", f"hidden-run{rs0}", rs0, UTILITIES[cfg.utility],
+                 "the hidden utility"))
     specs = {"default/learned": _learned_spec(Path(init))}
     chosen["default/learned"] = {"params": {}, "checkpoint": init}
     t0 = time.perf_counter()
-    for key, rs, objective, what in jobs:
-        out = root / f"{key.split('/')[0].rstrip('0123456789')}-run{rs}"
+    for key, name, rs, objective, what in jobs:
+        out = root / name
         ec = ESConfig(run_seed=rs, iterations=cfg.learned_es_iterations,
                       n_val_seeds=cfg.learned_val_seeds, workers=cfg.workers)
         lines: list[str] = []
