@@ -419,3 +419,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cloudrl.scenarios.supervise_cli import add_supervise_parser
 
     add_supervise_parser(ss)
+    from cloudrl.scenarios.align_cli import add_align_parser
+
+    add_align_parser(ss)

@@ -55,7 +55,8 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
                                      "reward -> the heuristic and the MPC tuned on it")
     st.add_argument("--scenario", required=True)
     st.add_argument("--utility", required=True,
-                    help="the operator's hidden utility: lc_guard | green_wear | sla_first")
+                    help="the operator's hidden utility: lc_guard | green_wear | sla_first | "
+                         "safe_cost")
     st.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
     st.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
     st.add_argument("--run-seed", type=int, nargs="+",

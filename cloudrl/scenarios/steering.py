@@ -11,6 +11,10 @@ Hidden utilities (a cost in $ per episode, lower is better; ``m`` is an episode'
   at 4x its tariff (an internal carbon price) plus $0.03 of wear per power-state transition.
 - ``sla_first``: ``energy_usd + carbon_usd + 10 * sla_usd`` -- SLA credits weigh 10x their
   tariff (what a missed deadline costs this operator in churn and credits).
+- ``safe_cost``: ``cost_usd + 10 * max(0, sla_lc - 0.0003) / 0.0001 + 10 * max(0, sla_batch -
+  0.003) / 0.001`` -- the scripted teacher of the RLHF phases (``cloudrl scenarios align``):
+  the default cost, plus $10 per 0.01 percentage point of latency-critical violation rate
+  above its bound (0.03%) and $10 per 0.1 point of batch violation rate above its (0.3%).
 
 Steps (``steer``):
 
@@ -75,6 +79,9 @@ LC_PRICE = 50.0  # $ per step above the threshold
 CARBON_WEIGHT = 4.0
 WEAR_USD = 0.03  # $ per power-state transition
 SLA_WEIGHT = 10.0
+SAFE_BOUNDS = {"sla_lc": 0.0003, "sla_batch": 0.003}  # per-class violation-rate bounds
+SAFE_STEPS = {"sla_lc": 0.0001, "sla_batch": 0.001}
+SAFE_PRICE = 10.0  # $ per step above a bound
 
 
 def lc_guard(m: dict[str, float]) -> float:
@@ -93,8 +100,16 @@ def sla_first(m: dict[str, float]) -> float:
     return float(m["energy_usd"] + m["carbon_usd"] + SLA_WEIGHT * m["sla_usd"])
 
 
+def safe_cost(m: dict[str, float]) -> float:
+    """cost_usd + $10 per step above each class's bound (LC: 0.01 pp above 0.03%; batch:
+    0.1 pp above 0.3%) ($, lower is better)."""
+    return float(m["cost_usd"] + sum(SAFE_PRICE * max(0.0, m[c] - b) / SAFE_STEPS[c]
+                                     for c, b in SAFE_BOUNDS.items()))
+
+
 UTILITIES: dict[str, Callable[[dict[str, float]], float]] = {
-    "lc_guard": lc_guard, "green_wear": green_wear, "sla_first": sla_first}
+    "lc_guard": lc_guard, "green_wear": green_wear, "sla_first": sla_first,
+    "safe_cost": safe_cost}
 
 # the summary metrics the reward model sees (no job counts: they are the seed's, not the
 # behaviour's; no timings)

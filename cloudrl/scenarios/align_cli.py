@@ -1,0 +1,72 @@
+"""``cloudrl scenarios align``: the RLHF phases on a scenario with a scripted teacher that
+ranks by cost and per-class safety bounds (cloudrl/scenarios/align.py): BC from the
+heuristic, a reward model and an alignment head from at most 1,000 ranked pairs, evolution
+strategies on the learned reward; the table under the teacher's utility on the test seeds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cmd_align(args: argparse.Namespace) -> int:
+    from cloudrl.scenarios.align import AlignConfig, align
+    from envs.scenario.catalog import load_scenario
+
+    try:
+        kw = {k: getattr(args, k) for k in ("n_test_seeds", "bc_expert_seeds", "bc_epochs",
+                                             "es_iterations", "val_seeds", "head_weight",
+                                             "pool_heuristic", "pool_mpc", "pool_seeds",
+                                             "workers", "out")
+              if getattr(args, k) is not None}
+        cfg = AlignConfig(scenario=args.scenario, n_comparisons=args.comparisons,
+                          noise=args.noise,
+                          run_seeds=tuple(args.run_seed) if args.run_seed else (0, 1, 2),
+                          cache=None if args.no_cache else args.cache, **kw)
+    except ValueError as e:
+        print(f"cloudrl: align: {e}", file=sys.stderr)
+        return 2
+    scn = load_scenario(args.scenario)  # an unknown name: one line, exit 2 (cloudrl.cli)
+    res = align(scn, cfg, log=lambda s: print(s, flush=True))
+    print("\n" + res.table)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), **res.to_json()}
+        out.write_text(json.dumps(doc, indent=2, default=float))
+        print(f"wrote {out}")
+    return 0
+
+
+def add_align_parser(ss: argparse._SubParsersAction) -> None:
+    al = ss.add_parser("align", help="RLHF phases with a safety-bound teacher: BC from the "
+                                     "heuristic, reward model + alignment head from ranked "
+                                     "pairs, evolution strategies on the learned reward")
+    al.add_argument("--scenario", required=True)
+    al.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
+    al.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
+    al.add_argument("--run-seed", type=int, nargs="+",
+                    help="run seeds (comparisons, label noise, reward model, ES; default "
+                         "0 1 2); the median is claimed")
+    al.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
+    al.add_argument("--bc-expert-seeds", type=int,
+                    help="train seeds the heuristic demonstrates for BC (default 20)")
+    al.add_argument("--bc-epochs", type=int, help="BC epochs (default 60)")
+    al.add_argument("--es-iterations", type=int,
+                    help="evolution-strategies iterations per search (default 15)")
+    al.add_argument("--val-seeds", type=int,
+                    help="validation seeds that pick each search's kept iteration (default 8)")
+    al.add_argument("--head-weight", type=float,
+                    help="weight of the alignment head in the objective (default 1)")
+    al.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
+    al.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
+    al.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
+    al.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    al.add_argument("--out", help="where the checkpoints go (default: results/align)")
+    al.add_argument("--cache", default="results/steer/episodes.json",
+                    help="episode cache (JSON), shared with steer")
+    al.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    al.add_argument("--json", help="write the table and every run to this path")
+    al.set_defaults(func=_cmd_align)
