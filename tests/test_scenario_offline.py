@@ -100,7 +100,7 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
 
 @pytest.mark.parametrize("argv", [["--episodes", "0"], ["--n-seeds", "51"],
                                   ["--iterations", "0"], ["--budget-fraction", "0"],
-                                  ["--data", "/no/such/dir"]])
+                                  ["--data", "/no/such/dir"], ["--epochs", "0"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -122,3 +122,42 @@ def test_command_runs_on_tiny(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert set(doc["comparisons"]) == {"signal_aware", "mpc"}
     assert "cql_lag - signal_aware" in capsys.readouterr().out
+
+
+def _row(cost: float, lc: float, batch: float) -> dict[str, float]:
+    return {"cost_usd": cost, "sla_lc": lc, "sla_batch": batch}
+
+
+def test_student_keeps_per_seed_the_cheapest_episode_within_every_budget():
+    from cloudrl.scenarios.offline_student import select_episodes
+
+    budgets = {"lc": 0.001, "batch": 0.01}
+    rows = [_row(90.0, 0.0005, 0.005),  # seed 0: safe
+            _row(80.0, 0.0020, 0.005),  # seed 0: cheaper, LC over budget
+            _row(85.0, 0.0005, 0.009),  # seed 0: safe, cheapest safe
+            _row(50.0, 0.0030, 0.020),  # seed 1: none safe; ratio 3 + 2
+            _row(60.0, 0.0015, 0.012),  # seed 1: closest (1.5 + 1.2)
+            _row(40.0, 0.0001, 0.001)]  # seed 2: the only one
+    seeds = [0, 0, 0, 1, 1, 2]
+    assert select_episodes(rows, seeds, budgets, "closest") == [2, 4, 5]
+    assert select_episodes(rows, seeds, budgets, "drop") == [2, 5]
+
+
+def test_student_learner_runs_on_tiny_and_its_checkpoint_plays(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
+                     "--n-seeds", "2", "--learner", "student", "--epochs", "2",
+                     "--out", str(tmp_path / "o"), "--workers", "1", "--json", str(out)])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["learner"] == "student"
+    assert set(doc["within_budget"]) == {"signal_aware", "mpc", "student"}
+    assert "student - mpc" in capsys.readouterr().out
+    info = json.loads((tmp_path / "o" / "student_seed0" / "offline.json").read_text())
+    assert len(info["kept"]) == 2  # one episode per train seed
+    from cloudrl.data.offline import read_dataset
+
+    lengths = {(ep.custom_data["policy"], ep.custom_data["episode_seed"]): len(ep)
+               for ep in read_dataset(tmp_path / "o" / "data")}
+    assert info["rows"] == sum(lengths[(k["policy"], k["seed"])] for k in info["kept"])
+    assert (tmp_path / "o" / "student_seed0" / "policy.pt").exists()

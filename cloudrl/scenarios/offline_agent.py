@@ -265,15 +265,17 @@ class Evaluation:
 
 def evaluate(cfg: ScenarioConfig, checkpoint: str | Path, budgets: dict[str, float],
              seeds: list[int], params: dict[str, dict] | None = None,
-             workers: int | None = None, label: str = "cql_lag") -> Evaluation:
+             workers: int | None = None, label: str = "cql_lag",
+             kind: str = "rllib") -> Evaluation:
     """The agent and both behaviour policies on ``seeds``: per-seed metrics, the agent's
     paired cost difference to each (95% t-interval) and the share of seeds on which each
-    class's violation rate is within its budget (every policy)."""
+    class's violation rate is within its budget (every policy). ``kind``: ``rllib`` (an
+    RLlib checkpoint, CQL-Lag) or ``learned`` (a scenario-policy checkpoint)."""
     from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
 
     params = params if params is not None else behaviour_params(cfg.name)
     specs = [ControllerSpec(b, params.get(b, {})) for b in BEHAVIOURS]
-    specs.append(ControllerSpec("rllib", {"checkpoint": str(Path(checkpoint).resolve())},
+    specs.append(ControllerSpec(kind, {"checkpoint": str(Path(checkpoint).resolve())},
                                 label=label))
     res = run_controllers(cfg, specs, list(seeds), workers)
     results = {spec.name: r for spec, r in zip(specs, res, strict=True)}
@@ -330,8 +332,10 @@ class OfflineRun:
 
 def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         settings: TrainSettings, workers: int | None = None, log: Any = print,
-        data: str | Path | None = None) -> OfflineRun:
-    """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds."""
+        data: str | Path | None = None, student: Any = None) -> OfflineRun:
+    """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
+    ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
+    budget-filtered cloning learner instead of CQL-Lag."""
     from cloudrl.data.offline import read_dataset
     from cloudrl.protocol import test_seeds, train_seeds
 
@@ -356,10 +360,22 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     log(f"  budgets (the larger behaviour rate): LC {100 * budgets['lc']:.4f}%, "
         f"batch {100 * budgets['batch']:.4f}%")
     t0 = time.perf_counter()
-    ckpt, metrics = train(cfg, data, out / f"agent_seed{settings.run_seed}", budgets,
-                          settings, log)
+    if student is not None:
+        from cloudrl.scenarios.offline_student import train_student
+
+        ckpt, info = train_student(cfg, data, out / f"student_seed{student.run_seed}",
+                                   budgets, student, log)
+        metrics = {"imitation_loss": info["imitation_loss"], "rows": info["rows"],
+                   "kept_episodes": len(info["kept"]),
+                   "kept_within_budget": info["kept_within_budget"]}
+        label, kind = "student", "learned"
+    else:
+        ckpt, metrics = train(cfg, data, out / f"agent_seed{settings.run_seed}", budgets,
+                              settings, log)
+        label, kind = "cql_lag", "rllib"
     wall["train_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ev = evaluate(cfg, ckpt, budgets, list(test_seeds(n_seeds)), workers=workers)
+    ev = evaluate(cfg, ckpt, budgets, list(test_seeds(n_seeds)), workers=workers,
+                  label=label, kind=kind)
     wall["evaluate_s"] = time.perf_counter() - t0
     return OfflineRun(Path(data), ckpt, budgets, behaviours, metrics, ev, wall)

@@ -28,6 +28,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--iterations must be >= 1, got {args.iterations}"
     if not args.budget_fraction > 0:
         return f"--budget-fraction must be > 0, got {args.budget_fraction}"
+    if args.epochs < 1:
+        return f"--epochs must be >= 1, got {args.epochs}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
         return f"--data {args.data}: no dataset.json (a directory this command wrote)"
     return None
@@ -44,19 +46,24 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     except (ValueError, OSError, KeyError) as e:
         return _fail(str(e).splitlines()[0] if str(e) else repr(e))
     from cloudrl.scenarios.offline_agent import TrainSettings, format_table, run, to_json
+    from cloudrl.scenarios.offline_student import StudentSettings
 
     out = Path(args.out or f"results/offline_scenarios/{cfg.name}")
     settings = TrainSettings(iterations=args.iterations, run_seed=args.run_seed,
                              budget_fraction=args.budget_fraction)
+    student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe,
+                              epochs=args.epochs) if args.learner == "student" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
-              workers=args.workers, data=args.data)
-    print("\n" + format_table(res.evaluation))
+              workers=args.workers, data=args.data, student=student)
+    label = "student" if student else "cql_lag"
+    print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
           ", ".join(f"{k[:-2]} {v:.0f} s" for k, v in res.wall_s.items()))
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
+               "learner": args.learner,
                "episodes_per_behaviour": args.episodes, "run_seed": args.run_seed,
                "data": str(res.data), "checkpoint": str(res.checkpoint),
                "behaviours_train": res.behaviours, "last_metrics": res.metrics,
@@ -67,8 +74,9 @@ def _cmd_offline(args: argparse.Namespace) -> int:
 
 
 def add_offline_parser(ss: argparse._SubParsersAction) -> None:
-    p = ss.add_parser("offline", help="offline constrained agent (CQL-Lag) trained only on "
-                                      "logged heuristic and MPC episodes; vs both on test seeds")
+    p = ss.add_parser("offline", help="offline constrained agent (CQL-Lag or budget-filtered "
+                                      "cloning) trained only on logged heuristic and MPC "
+                                      "episodes; vs both on test seeds")
     p.add_argument("--scenario", required=True)
     p.add_argument("--episodes", type=int, default=20,
                    help="train seeds each behaviour policy plays (1..50)")
@@ -80,6 +88,14 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-fraction", type=float, default=0.5,
                    help="the constraint's episode budget is 2 x this (the sum over the two "
                         "classes of violations / budgeted violations)")
+    p.add_argument("--learner", choices=("cql_lag", "student"), default="cql_lag",
+                   help="cql_lag (the constrained Q learner, flat actions) or student "
+                        "(per train seed, the cheapest logged episode within every class "
+                        "budget, cloned into the scenario policy)")
+    p.add_argument("--unsafe", choices=("closest", "drop"), default="closest",
+                   help="student: a seed with no episode within budget gives its closest "
+                        "one, or none")
+    p.add_argument("--epochs", type=int, default=60, help="student: cloning epochs")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
     p.add_argument("--out", help="output directory (default results/offline_scenarios/NAME)")
