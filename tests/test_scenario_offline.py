@@ -100,7 +100,8 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
 
 @pytest.mark.parametrize("argv", [["--episodes", "0"], ["--n-seeds", "51"],
                                   ["--iterations", "0"], ["--budget-fraction", "0"],
-                                  ["--data", "/no/such/dir"], ["--epochs", "0"]])
+                                  ["--data", "/no/such/dir"], ["--epochs", "0"],
+                                  ["--noise", "0"], ["--noise", "1.5"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -161,3 +162,26 @@ def test_student_learner_runs_on_tiny_and_its_checkpoint_plays(tmp_path, capsys)
                for ep in read_dataset(tmp_path / "o" / "data")}
     assert info["rows"] == sum(lengths[(k["policy"], k["seed"])] for k in info["kept"])
     assert (tmp_path / "o" / "student_seed0" / "policy.pt").exists()
+
+
+def test_noisy_runs_log_the_behaviours_own_action_and_stay_out_of_the_budgets(tiny, episodes):
+    noisy = OA.record(tiny, [0, 1], noise=(0.5,))
+    assert len(noisy) == 8 and sum(OA.is_clean(ep) for ep in noisy) == 4
+    clean = [ep for ep in noisy if OA.is_clean(ep)]
+    # the clean runs are the behaviours' own episodes, unchanged by the noisy ones
+    assert [OA.episode_summary(a)["cost_usd"] for a in clean] == \
+        [OA.episode_summary(b)["cost_usd"] for b in episodes]
+    assert OA.class_budgets(noisy) == OA.class_budgets(episodes)
+    for ep in noisy:
+        taken = np.asarray(ep.get_actions(slice(0, len(ep)))).reshape(-1)
+        own = np.array([ep.get_infos(t + 1)["behaviour_action"] for t in range(len(ep))])
+        differ = float(np.mean(taken != own))
+        if OA.is_clean(ep):
+            assert differ == 0.0
+        else:  # about half the decisions random, a 24th of those the same action
+            assert 0.3 < differ < 0.65
+    again = OA.record(tiny, [0], behaviours=("mpc",), noise=(0.5,))[1]
+    first = [ep for ep in noisy if ep.custom_data["policy"] == "mpc"
+             and not OA.is_clean(ep) and ep.custom_data["episode_seed"] == 0][0]
+    assert list(again.get_actions(slice(0, len(again)))) == \
+        list(first.get_actions(slice(0, len(first))))  # seeded

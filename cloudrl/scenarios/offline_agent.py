@@ -77,22 +77,32 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: str) -> Any:
-    """One episode of ``controller`` rounded to the flat env actions, as RLlib records it."""
+def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: str,
+                   noise: float = 0.0) -> Any:
+    """One episode of ``controller`` rounded to the flat env actions, as RLlib records it.
+    With ``noise`` > 0 each decision is, with that probability, a uniformly random action
+    instead (seeded by the episode seed, the behaviour and the noise); every step's infos
+    keep the behaviour's own action (``behaviour_action``), so a learner can imitate the
+    behaviour from the states its perturbed runs reach (DART, Laskey et al. 2017)."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
     env = MaskedScenarioEnv({"config": cfg, "interface": "flat"})
     inner = env.unwrapped
+    rng = np.random.default_rng([int(seed), sum(map(ord, behaviour)), int(round(noise * 1e6))])
     ep = SingleAgentEpisode(observation_space=env.observation_space,
                             action_space=env.action_space)
     obs, info = env.reset(seed=int(seed))
     controller.reset(inner.sim)
     ep.add_env_reset(observation=obs, infos=dict(info))
+    n_actions = int(env.action_space.n)
     while True:
         i, j = nearest_action(inner._view, *controller.decide(inner.sim))
-        action = i * len(READY_MARGINS) + j
+        intended = i * len(READY_MARGINS) + j
+        action = int(rng.integers(n_actions)) if noise > 0 and rng.random() < noise \
+            else intended
         obs, reward, terminated, truncated, info = env.step(action)
         step_info = {k: float(info[k]) for k in STEP_KEYS}
+        step_info["behaviour_action"] = int(intended)
         if "episode" in info:
             step_info["episode"] = {k: float(v) for k, v in info["episode"].items()}
         ep.add_env_step(observation=obs, action=int(action), reward=float(reward),
@@ -101,19 +111,27 @@ def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: s
         if terminated or truncated:
             break
     ep.custom_data.update({"episode_seed": int(seed), "policy": behaviour,
-                           "interface": "flat"})
+                           "interface": "flat", "noise": float(noise)})
     return ep
 
 
 def record(cfg: ScenarioConfig, seeds: list[int], params: dict[str, dict] | None = None,
-           behaviours: tuple[str, ...] = BEHAVIOURS) -> list[Any]:
-    """Episodes of every behaviour on every seed (``params``: behaviour -> its config)."""
+           behaviours: tuple[str, ...] = BEHAVIOURS, noise: tuple[float, ...] = ()
+           ) -> list[Any]:
+    """Episodes of every behaviour on every seed (``params``: behaviour -> its config), and
+    once more per level in ``noise`` with that share of random actions."""
     params = params if params is not None else behaviour_params(cfg.name)
     out = []
-    for b in behaviours:
-        ctrl = _controller(b, params.get(b, {}))
-        out += [record_episode(cfg, ctrl, s, b) for s in seeds]
+    for level in (0.0, *noise):
+        for b in behaviours:
+            ctrl = _controller(b, params.get(b, {}))
+            out += [record_episode(cfg, ctrl, s, b, level) for s in seeds]
     return out
+
+
+def is_clean(ep: Any) -> bool:
+    """Whether the episode is the behaviour's own (no injected noise)."""
+    return float(ep.custom_data.get("noise", 0.0)) == 0.0
 
 
 def episode_summary(ep: Any) -> dict[str, float]:
@@ -121,9 +139,10 @@ def episode_summary(ep: Any) -> dict[str, float]:
 
 
 def class_budgets(episodes: list[Any]) -> dict[str, float]:
-    """Per class: the larger of the behaviours' mean per-episode SLA violation rates."""
+    """Per class: the larger of the behaviours' mean per-episode SLA violation rates (their
+    own episodes, without injected noise)."""
     by: dict[str, list[dict[str, float]]] = {}
-    for ep in episodes:
+    for ep in filter(is_clean, episodes):
         by.setdefault(ep.custom_data["policy"], []).append(episode_summary(ep))
     return {c: max(float(np.mean([s[f"sla_{c}"] for s in rows])) for rows in by.values())
             for c in CLASSES}
@@ -156,13 +175,16 @@ def write_dataset(episodes: list[Any], out: str | Path, budgets: dict[str, float
         write_episodes([ep for ep in episodes if ep.custom_data["policy"] == b], out,
                        prefix=f"scenario-{b}", episodes_per_file=50)
     (out / "dataset.json").write_text(json.dumps(
-        {"budgets": budgets, "behaviours": behaviour_table(episodes)}, indent=1))
+        {"budgets": budgets, "behaviours": behaviour_table(episodes),
+         "noise": sorted({float(ep.custom_data.get("noise", 0.0)) for ep in episodes})},
+        indent=1))
     return out
 
 
 def behaviour_table(episodes: list[Any]) -> dict[str, dict[str, float]]:
+    """Per behaviour, its own episodes' count, mean cost and SLA rates (noisy runs apart)."""
     by: dict[str, list[dict[str, float]]] = {}
-    for ep in episodes:
+    for ep in filter(is_clean, episodes):
         by.setdefault(ep.custom_data["policy"], []).append(episode_summary(ep))
     return {b: {"episodes": len(rows),
                 **{k: float(np.mean([r[k] for r in rows]))
@@ -332,7 +354,8 @@ class OfflineRun:
 
 def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         settings: TrainSettings, workers: int | None = None, log: Any = print,
-        data: str | Path | None = None, student: Any = None) -> OfflineRun:
+        data: str | Path | None = None, student: Any = None,
+        noise: tuple[float, ...] = ()) -> OfflineRun:
     """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
     ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
     budget-filtered cloning learner instead of CQL-Lag."""
@@ -343,17 +366,19 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     wall: dict[str, float] = {}
     t0 = time.perf_counter()
     if data is None:
-        eps = record(cfg, list(train_seeds(episodes)))
+        eps = record(cfg, list(train_seeds(episodes)), noise=noise)
         budgets = class_budgets(eps)
         data = write_dataset(eps, out / "data", budgets)
     else:
         eps = read_dataset(data)
         budgets = json.loads((Path(data) / "dataset.json").read_text())["budgets"]
     behaviours = behaviour_table(eps)
+    n_noisy = sum(not is_clean(ep) for ep in eps)
     del eps
     wall["record_s"] = time.perf_counter() - t0
     log(f"{cfg.name}: {episodes} train episodes each of {', '.join(BEHAVIOURS)} "
-        f"(rounded to env actions) in {data}")
+        f"(rounded to env actions)" + (f" and {n_noisy} with random actions injected"
+                                       if n_noisy else "") + f" in {data}")
     for b, row in behaviours.items():
         log(f"  {b}: cost ${row['cost_usd']:.2f}, SLA LC {100 * row['sla_lc']:.4f}%, "
             f"batch {100 * row['sla_batch']:.4f}%")

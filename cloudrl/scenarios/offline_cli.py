@@ -28,6 +28,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--iterations must be >= 1, got {args.iterations}"
     if not args.budget_fraction > 0:
         return f"--budget-fraction must be > 0, got {args.budget_fraction}"
+    if any(not 0.0 < x <= 1.0 for x in args.noise or ()):
+        return f"--noise levels must be in (0, 1], got {args.noise}"
+    if args.noise and args.data:
+        return "--noise records new episodes; it cannot be used with --data"
     if args.epochs < 1:
         return f"--epochs must be >= 1, got {args.epochs}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
@@ -54,7 +58,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe,
                               epochs=args.epochs) if args.learner == "student" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
-              workers=args.workers, data=args.data, student=student)
+              workers=args.workers, data=args.data, student=student,
+              noise=tuple(args.noise or ()))
     label = "student" if student else "cql_lag"
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -95,6 +100,9 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--unsafe", choices=("closest", "drop"), default="closest",
                    help="student: a seed with no episode within budget gives its closest "
                         "one, or none")
+    p.add_argument("--noise", type=float, nargs="+",
+                   help="also record every behaviour on every seed once per level with that "
+                        "share of random actions, logging the behaviour's own action")
     p.add_argument("--epochs", type=int, default=60, help="student: cloning epochs")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")

@@ -15,7 +15,10 @@ trusts the data's best episodes instead (BC-Safe / %BC, Chen et al. 2021; Liu et
 3. Clone their decisions into :class:`models.scenario_policy.ScenarioPolicyModule` (the
    headline's student network, on the env's actions: the logged action ``a`` is release
    level ``a // len(READY_MARGINS)`` and ready margin ``a % len(READY_MARGINS)``), a fixed
-   number of epochs: no online episode picks anything.
+   number of epochs: no online episode picks anything. Where the log holds the behaviour's
+   runs with injected random actions (``offline --noise``), those runs on the kept seeds
+   join, labelled with the behaviour's own action at every state they reached (DART,
+   Laskey et al. 2017): the states a clone drifts into are in its data.
 
 The checkpoint is the distilled policies' format, so ``evaluate``, ``serve`` and the
 scenario runner (``ControllerSpec("learned", ...)``) play it.
@@ -79,11 +82,17 @@ def select_episodes(summaries: list[dict[str, float]], seeds: list[int],
 
 
 def episode_rows(ep: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(observations, (release index, ready index)) of every logged decision."""
+    """(observations, (release index, ready index)) of every logged decision; the action
+    is the behaviour's own (``infos["behaviour_action"]``, which differs from the one taken
+    where noise was injected) when the log has it."""
     obs = ep.get_observations(slice(0, len(ep)))
     macro = np.asarray(obs["macro"] if isinstance(obs, dict) else [o["macro"] for o in obs],
                        np.float32)
-    a = np.asarray(ep.get_actions(slice(0, len(ep))), np.int64).reshape(-1)
+    infos = [ep.get_infos(t + 1) for t in range(len(ep))]
+    if all("behaviour_action" in i for i in infos):
+        a = np.array([int(i["behaviour_action"]) for i in infos], np.int64)
+    else:
+        a = np.asarray(ep.get_actions(slice(0, len(ep))), np.int64).reshape(-1)
     return macro, np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
 
 
@@ -99,7 +108,8 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     from cloudrl.data.offline import read_dataset
 
     t0 = time.perf_counter()
-    eps = read_dataset(data)
+    everything = read_dataset(data)
+    eps = [ep for ep in everything if float(ep.custom_data.get("noise", 0.0)) == 0.0]
     sums = [_summary(ep) for ep in eps]
     seeds = [int(ep.custom_data.get("episode_seed", -1)) for ep in eps]
     keep = select_episodes(sums, seeds, budgets, s.unsafe)
@@ -107,6 +117,11 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
         raise ValueError(f"{data}: no seed has an episode within every budget; "
                          f"use unsafe='closest'")
     safe = [all(sums[i][f"sla_{c}"] <= budgets[c] + 1e-12 for c in CLASSES) for i in keep]
+    chosen = {(eps[i].custom_data.get("policy"), seeds[i]) for i in keep}
+    # the chosen behaviour's runs with injected noise on the same seed join its own
+    cloned = [ep for ep in everything if (ep.custom_data.get("policy"),
+                                          int(ep.custom_data.get("episode_seed", -1)))
+              in chosen]
     kept = [{"policy": eps[i].custom_data.get("policy"),
              "seed": eps[i].custom_data.get("episode_seed"),
              "cost_usd": sums[i]["cost_usd"], "sla_lc": sums[i]["sla_lc"],
@@ -114,8 +129,9 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     by = {b: sum(k["policy"] == b for k in kept) for b in sorted({k["policy"] for k in kept})}
     log(f"student: {len(keep)} of {len(eps)} logged episodes kept, one per train seed "
         f"({', '.join(f'{n} {b}' for b, n in by.items())}); {sum(safe)} within every "
-        f"budget")
-    rows = [episode_rows(eps[i]) for i in keep]
+        f"budget" + (f"; with their noisy runs, {len(cloned)} episodes"
+                     if len(cloned) > len(keep) else ""))
+    rows = [episode_rows(ep) for ep in cloned]
     obs = np.concatenate([r[0] for r in rows])
     act = np.concatenate([r[1] for r in rows])
     torch.manual_seed(s.run_seed)
@@ -131,6 +147,7 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
                           {"scenario": cfg.name, "config": {"offline_student": asdict(s)}})
     info = {"learner": "student", "settings": asdict(s), "rows": int(len(act)),
             "imitation_loss": loss, "kept": kept, "kept_within_budget": int(sum(safe)),
+            "cloned_episodes": len(cloned),
             "dataset": str(Path(data).resolve()), "budgets": budgets,
             "train_s": time.perf_counter() - t0}
     (Path(out) / "offline.json").write_text(json.dumps(info, indent=1, default=float))
