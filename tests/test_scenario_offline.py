@@ -185,3 +185,18 @@ def test_noisy_runs_log_the_behaviours_own_action_and_stay_out_of_the_budgets(ti
              and not OA.is_clean(ep) and ep.custom_data["episode_seed"] == 0][0]
     assert list(again.get_actions(slice(0, len(again)))) == \
         list(first.get_actions(slice(0, len(first))))  # seeded
+
+
+def test_student_can_clone_one_behaviour_the_cheapest_within_budget():
+    from cloudrl.scenarios.offline_student import StudentSettings, select_behaviour
+
+    budgets = {"lc": 0.001, "batch": 0.01}
+    rows = [_row(80.0, 0.002, 0.005), _row(82.0, 0.002, 0.005),  # "a": cheap, LC over
+            _row(90.0, 0.0005, 0.005), _row(92.0, 0.0005, 0.005),  # "b": within
+            _row(95.0, 0.0001, 0.001), _row(99.0, 0.0001, 0.001)]  # "c": within, dearer
+    policies = ["a", "a", "b", "b", "c", "c"]
+    assert select_behaviour(rows, policies, budgets) == [2, 3]
+    # no behaviour within budget on average: the cheapest of all
+    assert select_behaviour(rows[:2], policies[:2], budgets) == [0, 1]
+    with pytest.raises(ValueError, match="select"):
+        StudentSettings(select="best")

@@ -55,7 +55,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/offline_scenarios/{cfg.name}")
     settings = TrainSettings(iterations=args.iterations, run_seed=args.run_seed,
                              budget_fraction=args.budget_fraction)
-    student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe,
+    student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe, select=args.select,
                               epochs=args.epochs) if args.learner == "student" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
@@ -97,6 +97,9 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
                    help="cql_lag (the constrained Q learner, flat actions) or student "
                         "(per train seed, the cheapest logged episode within every class "
                         "budget, cloned into the scenario policy)")
+    p.add_argument("--select", choices=("seed", "behaviour"), default="seed",
+                   help="student: per train seed the best episode within budget (seed), or "
+                        "every episode of the cheapest behaviour within budget (behaviour)")
     p.add_argument("--unsafe", choices=("closest", "drop"), default="closest",
                    help="student: a seed with no episode within budget gives its closest "
                         "one, or none")

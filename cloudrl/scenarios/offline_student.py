@@ -11,7 +11,9 @@ trusts the data's best episodes instead (BC-Safe / %BC, Chen et al. 2021; Liu et
    per seed, keep the cheapest episode of those within every class budget; on a seed
    where none is, the one closest to the budgets (``unsafe="closest"``) or none
    (``"drop"``). Ranking within a seed, not across seeds, keeps a cheap workload from
-   passing for a good behaviour.
+   passing for a good behaviour. ``select="behaviour"`` keeps instead every episode of
+   the behaviour that is cheapest on average within the budgets (one behaviour's actions,
+   not a mix of two).
 3. Clone their decisions into :class:`models.scenario_policy.ScenarioPolicyModule` (the
    headline's student network, on the env's actions: the logged action ``a`` is release
    level ``a // len(READY_MARGINS)`` and ready margin ``a % len(READY_MARGINS)``), a fixed
@@ -45,6 +47,7 @@ class StudentSettings:
     """Knobs of the budget-filtered cloning (every default runs)."""
 
     run_seed: int = 0
+    select: str = "seed"  # "seed": the best episode per seed; "behaviour": one behaviour
     unsafe: str = "closest"  # a seed with no episode within budget: "closest" or "drop"
     epochs: int = 60
     hiddens: tuple[int, ...] = (128, 128)
@@ -53,6 +56,8 @@ class StudentSettings:
     weight_decay: float = 1e-5
 
     def __post_init__(self) -> None:
+        if self.select not in ("seed", "behaviour"):
+            raise ValueError(f"--select {self.select!r}: valid: seed, behaviour")
         if self.unsafe not in ("closest", "drop"):
             raise ValueError(f"--unsafe {self.unsafe!r}: valid: closest, drop")
         if self.epochs < 1:
@@ -79,6 +84,20 @@ def select_episodes(summaries: list[dict[str, float]], seeds: list[int],
         elif unsafe == "closest":
             keep.append(min(mine, key=lambda i: (ratio[i], summaries[i]["cost_usd"], i)))
     return keep
+
+
+def select_behaviour(summaries: list[dict[str, float]], policies: list[str],
+                     budgets: dict[str, float]) -> list[int]:
+    """Every episode of one behaviour: the cheapest on average of those whose mean rate of
+    every class is within its budget (all behaviours when none is)."""
+    names = sorted(set(policies))
+
+    def mean(b: str, k: str) -> float:
+        return float(np.mean([s[k] for s, p in zip(summaries, policies, strict=True) if p == b]))
+
+    ok = [b for b in names if all(mean(b, f"sla_{c}") <= budgets[c] + 1e-12 for c in CLASSES)]
+    best = min(ok or names, key=lambda b: mean(b, "cost_usd"))
+    return [i for i, p in enumerate(policies) if p == best]
 
 
 def episode_rows(ep: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +131,8 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     eps = [ep for ep in everything if float(ep.custom_data.get("noise", 0.0)) == 0.0]
     sums = [_summary(ep) for ep in eps]
     seeds = [int(ep.custom_data.get("episode_seed", -1)) for ep in eps]
-    keep = select_episodes(sums, seeds, budgets, s.unsafe)
+    keep = select_episodes(sums, seeds, budgets, s.unsafe) if s.select == "seed" else \
+        select_behaviour(sums, [str(ep.custom_data.get("policy")) for ep in eps], budgets)
     if not keep:
         raise ValueError(f"{data}: no seed has an episode within every budget; "
                          f"use unsafe='closest'")
@@ -127,7 +147,8 @@ def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
              "cost_usd": sums[i]["cost_usd"], "sla_lc": sums[i]["sla_lc"],
              "sla_batch": sums[i]["sla_batch"]} for i in keep]
     by = {b: sum(k["policy"] == b for k in kept) for b in sorted({k["policy"] for k in kept})}
-    log(f"student: {len(keep)} of {len(eps)} logged episodes kept, one per train seed "
+    log(f"student: {len(keep)} of {len(eps)} logged episodes kept, "
+        + ("one per train seed " if s.select == "seed" else "one behaviour's ") +
         f"({', '.join(f'{n} {b}' for b, n in by.items())}); {sum(safe)} within every "
         f"budget" + (f"; with their noisy runs, {len(cloned)} episodes"
                      if len(cloned) > len(keep) else ""))
