@@ -29,6 +29,10 @@ Three steps, each usable alone:
   RLlib checkpoint with ``cloudrl.json`` (algo ``cql_lag``, the scenario, interface
   ``flat``) that the scenario runner plays as ``ControllerSpec("rllib", {"checkpoint":
   DIR})``; :func:`evaluate` plays it beside both behaviour policies on test seeds, paired.
+
+The second learner, budget-filtered cloning into the scenario policy, is
+:mod:`cloudrl.scenarios.offline_student` (``run(..., student=StudentSettings())``);
+``record(..., noise=(0.25,))`` adds runs with random actions injected for it (DART).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``cloudrl scenarios offline``: log the tuned heuristic and the forecast MPC on TRAIN
-seeds, train the offline constrained agent (CQL-Lag) on those logs only, and play it
-against both on test seeds (cloudrl/scenarios/offline_agent.py)."""
+seeds, train the offline constrained agent (CQL-Lag, or with ``--learner student``
+budget-filtered cloning) on those logs only, and play it against both on test seeds
+(cloudrl/scenarios/offline_agent.py, offline_student.py)."""
 
 from __future__ import annotations
 
