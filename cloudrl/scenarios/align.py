@@ -42,9 +42,9 @@ from cloudrl.scenarios.steering import (
     FEATURES,
     EpisodeCache,
     SteerConfig,
-    _learned_spec,
     features,
     learn_reward,
+    learned_spec,
     pool_specs,
     safe_cost,
     sample_comparisons,
@@ -239,8 +239,8 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
 
     # 4. test seeds, paired
     specs = {"heuristic": ControllerSpec("signal_aware", params),
-             "bc": _learned_spec(start)}
-    specs.update({name: _learned_spec(Path(r["checkpoint"])) for name, r in runs.items()})
+             "bc": learned_spec(start)}
+    specs.update({name: learned_spec(Path(r["checkpoint"])) for name, r in runs.items()})
     tseeds = list(test_seeds(cfg.n_test_seeds))
     played = dict(zip(specs, cache.play(scn, list(specs.values()), tseeds, cfg.workers),
                       strict=True))

@@ -472,7 +472,9 @@ def _digest(path: Path) -> str:
     return hashlib.sha256((path / "policy.pt").read_bytes()).hexdigest()[:16]
 
 
-def _learned_spec(path: Path) -> ControllerSpec:
+def learned_spec(path: Path) -> ControllerSpec:
+    """The runner's spec of a learned checkpoint, keyed by its weights (so the episode
+    cache never serves a retrained checkpoint's episodes for another's)."""
     return ControllerSpec("learned", {"checkpoint": str(path), "sha": _digest(path)})
 
 
@@ -556,10 +558,10 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
             f"{d['kept_round']} (validation: " + ", ".join(
                 f"{r['round']}: {r['val_cost']:.2f}" for r in d["rounds"]) + ")")
     log(f"learned fine-tunes: {len(jobs)} in {time.perf_counter() - t0:.0f} s")
-    specs = {"default/learned": _learned_spec(Path(init))}
+    specs = {"default/learned": learned_spec(Path(init))}
     keys = [f"steered{rs}/learned" for rs in cfg.run_seeds] + ["hidden/learned"]
     for key, d in zip(keys, done, strict=True):
-        specs[key] = _learned_spec(Path(d["checkpoint"]))
+        specs[key] = learned_spec(Path(d["checkpoint"]))
         chosen[key] = {"params": d["teacher_params"], "teacher": d["teacher"],
                        "kept_round": d["kept_round"], "checkpoint": d["checkpoint"],
                        "rounds": d["rounds"]}
@@ -585,7 +587,7 @@ def _steer_learned_es(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, d
     rs0 = cfg.run_seeds[0]
     jobs.append(("hidden/learned", f"hidden-run{rs0}", rs0, UTILITIES[cfg.utility],
                  "the hidden utility"))
-    specs = {"default/learned": _learned_spec(Path(init))}
+    specs = {"default/learned": learned_spec(Path(init))}
     chosen["default/learned"] = {"params": {}, "checkpoint": init}
     t0 = time.perf_counter()
     for key, name, rs, objective, what in jobs:
@@ -599,7 +601,7 @@ def _steer_learned_es(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, d
         log(f"learned ES on {what} -> {out}: kept iteration {res.kept_iteration} "
             f"(validation: " + ", ".join(f"{h['iteration']}: {h['val']:.2f}"
                                          for h in res.history if "val" in h) + ")")
-        specs[key] = _learned_spec(out)
+        specs[key] = learned_spec(out)
         chosen[key] = {"params": {}, "method": "es", "objective": what,
                        "kept_iteration": res.kept_iteration, "checkpoint": str(out),
                        "history": res.history}
