@@ -14,6 +14,7 @@ mean label in it (reliability diagram; expected calibration error, ECE).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,25 @@ def bt_loss(return_a: torch.Tensor, return_b: torch.Tensor, label: torch.Tensor,
     if reduction == "mean":
         return loss.mean()
     raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def fit_pairs(forward: Callable[[torch.Tensor], torch.Tensor],
+              params: list[torch.nn.Parameter], x: torch.Tensor, a: np.ndarray,
+              b: np.ndarray, label: np.ndarray, steps: int, lr: float,
+              weight_decay: float = 0.0) -> float:
+    """Full-batch Adam on the Bradley-Terry loss of ``forward(x)`` (one score per row) over
+    the pairs ``(a[i], b[i])`` with labels ``label``; the last step's loss."""
+    ia, ib = torch.as_tensor(a), torch.as_tensor(b)
+    y = torch.as_tensor(label, dtype=torch.float32)
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        opt.zero_grad()
+        r = forward(x)
+        loss = bt_loss(r[ia], r[ib], y)
+        loss.backward()
+        opt.step()
+    return float(loss.detach())
 
 
 def preference_prob(return_a: torch.Tensor, return_b: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,7 @@ strategies on the learned reward; the table under the teacher's utility on the t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 
 def _cmd_align(args: argparse.Namespace) -> int:
@@ -31,12 +29,9 @@ def _cmd_align(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario)  # an unknown name: one line, exit 2 (cloudrl.cli)
     res = align(scn, cfg, log=lambda s: print(s, flush=True))
     print("\n" + res.table)
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), **res.to_json()}
-        out.write_text(json.dumps(doc, indent=2, default=float))
-        print(f"wrote {out}")
+    from cloudrl.scenarios.steer_cli import write_json
+
+    write_json(args.json, res.to_json())
     return 0
 
 

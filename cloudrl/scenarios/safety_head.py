@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cloudrl.algorithms.bradley_terry import bt_loss, pair_accuracy
+from cloudrl.algorithms.bradley_terry import fit_pairs, pair_accuracy
 
 SAFETY_FEATURES = ("sla_lc", "sla_batch")
 
@@ -65,18 +65,8 @@ class SafetyHead:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            z = self._z(feats)
-            ia, ib = torch.as_tensor(a), torch.as_tensor(b)
-            y = torch.as_tensor(label, dtype=torch.float32)
-            opt = torch.optim.Adam(self.parameters(), lr=lr)
-            loss = torch.tensor(0.0)
-            for _ in range(steps):
-                opt.zero_grad()
-                r = self._forward(z)
-                loss = bt_loss(r[ia], r[ib], y)
-                loss.backward()
-                opt.step()
-            return float(loss.detach())
+            return fit_pairs(self._forward, self.parameters(), self._z(feats), a, b, label,
+                             steps, lr)
         finally:
             torch.set_num_threads(threads)
 

@@ -41,13 +41,18 @@ def _cmd_steer(args: argparse.Namespace) -> int:
         print(f"cloudrl: steer: {e}", file=sys.stderr)
         return 2
     print("\n" + res.table)
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), **res.to_json()}
-        out.write_text(json.dumps(doc, indent=2, default=float))
-        print(f"wrote {out}")
+    write_json(args.json, res.to_json())
     return 0
+
+
+def write_json(path: str | None, doc: dict) -> None:
+    """Write ``doc`` with the command line that made it to ``path`` (nothing if None)."""
+    if path:
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"command": " ".join(["cloudrl", *sys.argv[1:]]), **doc},
+                                  indent=2, default=float))
+        print(f"wrote {out}")
 
 
 def add_steer_parser(ss: argparse._SubParsersAction) -> None:

@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cloudrl.algorithms.bradley_terry import bt_loss, pair_accuracy
+from cloudrl.algorithms.bradley_terry import fit_pairs, pair_accuracy
 from cloudrl.protocol import test_seeds, train_seeds, validation_seeds
 from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
 from cloudrl.scenarios.tuning import RUN_AT_ONCE_LIKE, heuristic_space, mpc_space
@@ -253,18 +253,8 @@ class RewardModel:
 
     def _fit(self, feats: np.ndarray, a: np.ndarray, b: np.ndarray, label: np.ndarray,
              steps: int, lr: float, weight_decay: float) -> float:
-        x = self._x(feats)
-        ia, ib = torch.as_tensor(a), torch.as_tensor(b)
-        y = torch.as_tensor(label, dtype=torch.float32)
-        opt = torch.optim.Adam(self.parameters(), lr=lr, weight_decay=weight_decay)
-        loss = torch.tensor(0.0)
-        for _ in range(steps):
-            opt.zero_grad()
-            r = self._forward(x)
-            loss = bt_loss(r[ia], r[ib], y)
-            loss.backward()
-            opt.step()
-        return float(loss.detach())
+        return fit_pairs(self._forward, self.parameters(), self._x(feats), a, b, label,
+                         steps, lr, weight_decay)
 
     def prob_a(self, feats: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         r = self.score(feats)
