@@ -185,3 +185,53 @@ def test_a_fine_tune_is_reused_only_from_the_same_start(tmp_path):
     save_checkpoint(build_module((16,)), path, (16,), {"scenario": "tiny"})  # retrained
     assert not _trained(tmp_path / "es", scn, cfg.to_dict(),
                         init_digest=weights_digest(path))
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    """A parent killed by a signal (no cleanup runs) must not leave its pool playing."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    torch.manual_seed(0)
+    save_checkpoint(build_module((8,)), tmp_path / "start", (8,), {"scenario": "tiny"})
+    script = (
+        "import os, sys, time\n"
+        "from cloudrl.algorithms.es.algorithm import _Players\n"
+        "from envs.scenario.catalog import load_scenario\n"
+        f"p = _Players(load_scenario('tiny'), {str(tmp_path / 'start')!r}, 'head', 2)\n"
+        "list(p.pool.map(time.sleep, [0.2] * 4))\n"
+        "print(' '.join(str(q.pid) for q in p.pool._processes.values()), flush=True)\n"
+        "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            text=True)
+    pids: list[int] = []
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # a zombie still answers signal 0 until someone reaps it
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2
+        assert all(alive(p) for p in pids)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        for _ in range(60):  # the watcher polls once a second
+            if not any(alive(p) for p in pids):
+                break
+            time.sleep(0.5)
+        assert not any(alive(p) for p in pids)
+    finally:  # leave nothing behind, whatever failed
+        proc.kill()
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)

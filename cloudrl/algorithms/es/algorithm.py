@@ -47,7 +47,24 @@ def tuned_parameters(module: torch.nn.Module, which: str) -> list[torch.nn.Param
     return list(module.parameters())
 
 
-def _init(scn: ScenarioConfig, checkpoint: str, which: str) -> None:
+def _exit_with(parent: int) -> None:
+    """Exit this worker once ``parent`` is gone (a parent killed by a signal leaves its
+    pool behind otherwise, still playing its queued episodes)."""
+    import os
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _init(scn: ScenarioConfig, checkpoint: str, which: str, parent: int | None = None
+          ) -> None:
+    if parent is not None:
+        _exit_with(parent)
     from cloudrl.algorithms.distill.policy import load_controller
     from cloudrl.quiet import quiet_library_logs
     from envs.scenario.sim import ScenarioSim
@@ -77,13 +94,14 @@ class _Players:
             _init(scn, checkpoint, which)
         else:
             import multiprocessing
+            import os
 
             from cloudrl.quiet import quiet_library_logs
 
             quiet_library_logs()
             self.pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"),
                                             initializer=_init,
-                                            initargs=(scn, checkpoint, which))
+                                            initargs=(scn, checkpoint, which, os.getpid()))
 
     def play(self, jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, float]]:
         if self.pool is None:
