@@ -184,6 +184,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         load_scenario(scenario)  # an unknown name: one line listing the valid ones
     overrides: dict[str, Any] = {"scenario": scenario} if scenario else {
         "env": _env_overrides(args)}
+    if scenario and getattr(args, "heuristic_params", None):
+        from cloudrl.scenarios.rl_policy import heuristic_params
+
+        try:  # the rule the gated DQN picks presets of, and the validation's reference
+            overrides["scenario_heuristic"] = heuristic_params(args.heuristic_params, scenario)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     for key in ("algo", "env_steps", "num_env_runners", "num_learners", "run_seed",
                 "num_gpus_per_learner", "checkpoint_every"):
         if getattr(args, key) is not None:

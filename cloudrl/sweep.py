@@ -231,7 +231,8 @@ class SweepConfig(BaseModel):
         if self.scenario is not None:
             return TrainConfig(algo=algo, scenario=self.scenario, env_steps=self.env_steps,
                                num_env_runners=self.num_env_runners, run_seed=run_seed,
-                               hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})))
+                               hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})),
+                               scenario_heuristic=dict(self.scenario_heuristic))
         return TrainConfig(algo=algo, env=self.env_config(workload), env_steps=self.env_steps,
                            num_env_runners=self.num_env_runners, run_seed=run_seed,
                            hidden=self.hidden, hparams=dict(self.hparams.get(algo, {})))

@@ -30,9 +30,10 @@ from envs.registration import BRANCHING_ID, FLAT_ID, register_rllib_envs
 
 # What ``scenario=NAME`` trains: the algorithms whose masked RLModules run on the scenario
 # env (envs.scenario.env.MaskedScenarioEnv: PPO and DQN on its Discrete(24) flat
-# interface, BDQ on the MultiDiscrete([6, 4]) branching one), and its reward scale unless
+# interface, BDQ on the MultiDiscrete([6, 4]) branching one, the gated DQN on the presets of
+# the signal-aware heuristic, envs.scenario.gated), and its reward scale unless
 # ``reward_scale`` is given (the reward is minus the period's cost in $, order 0.1-1).
-SCENARIO_ALGOS = ("ppo", "dqn", "bdq")
+SCENARIO_ALGOS = ("ppo", "dqn", "bdq", "gated_dqn")
 SCENARIO_REWARD_SCALE = 1.0
 # per-episode terms of a scenario (ScenarioSim.stats.summary()) logged under
 # env_runners/scenario/... and tracked by flat_metrics
@@ -94,6 +95,9 @@ class TrainConfig(BaseModel):
         "env (envs.scenario.env.MaskedScenarioEnv, its train seeds) instead of the cluster "
         f"env; algo one of {', '.join(SCENARIO_ALGOS)}; reward_scale defaults to "
         f"{SCENARIO_REWARD_SCALE} and torch_threads to 1 per process there")
+    scenario_heuristic: dict[str, Any] = Field(
+        default_factory=dict, description="on a scenario, the signal-aware heuristic's "
+        "parameters (cloudrl train --heuristic-params): the rule gated_dqn picks presets of")
 
     @field_validator("hparams")
     @classmethod
@@ -127,6 +131,19 @@ class TrainConfig(BaseModel):
             if self.algo not in SCENARIO_ALGOS:
                 raise ValueError(f"algo: {self.algo} does not train on a scenario; "
                                  f"expected one of {', '.join(SCENARIO_ALGOS)}")
+            if self.algo == "gated_dqn":
+                for key in ("heuristic", "presets", "decision_every"):
+                    if key in self.hparams:
+                        raise ValueError(
+                            f"hparams.{key}: on a scenario the gated DQN picks one of the "
+                            f"signal-aware rule's presets every decision period; give the "
+                            f"rule's parameters with --heuristic-params")
+        if self.scenario_heuristic:
+            from cloudrl.algorithms.gated.scenario_presets import make_scenario_controller
+
+            if self.scenario is None:
+                raise ValueError("scenario_heuristic: goes with scenario")
+            make_scenario_controller({"heuristic": self.scenario_heuristic})
         return self
 
     def threads(self) -> TorchThreads:
@@ -139,7 +156,10 @@ class TrainConfig(BaseModel):
         return self.torch_threads
 
     def interface(self) -> str:
-        """The action interface the algorithm acts on (``flat`` or ``branching``)."""
+        """The action interface the algorithm acts on (``flat`` or ``branching``; on a
+        scenario the gated DQN's is ``gated``)."""
+        if self.scenario is not None and self.algo == "gated_dqn":
+            return "gated"
         return spec_of(self.algo).interface
 
     def training_kwargs(self) -> dict[str, Any]:
@@ -152,8 +172,18 @@ class TrainConfig(BaseModel):
         if self.scenario is not None:
             scale = self.reward_scale if "reward_scale" in self.model_fields_set \
                 else SCENARIO_REWARD_SCALE
-            return {"scenario": self.scenario, "interface": self.interface(),
-                    "seed_pool": list(TRAIN_SEEDS), "reward_scale": scale}
+            env = {"scenario": self.scenario, "interface": self.interface(),
+                   "seed_pool": list(TRAIN_SEEDS), "reward_scale": scale}
+            if self.algo == "gated_dqn":
+                from cloudrl.algorithms.gated.scenario_presets import (
+                    DEFAULT_SCENARIO_PRESETS,
+                    SCENARIO_CONTROLLER_PATH,
+                )
+
+                env.update(controller=SCENARIO_CONTROLLER_PATH, controller_config={
+                    "heuristic": dict(self.scenario_heuristic),
+                    "presets": [dict(p) for p in DEFAULT_SCENARIO_PRESETS]})
+            return env
         env = self.env.model_copy(update={"seed_pool": TRAIN_SEEDS})
         return {**env.model_dump(mode="json"), "reward_scale": self.reward_scale}
 

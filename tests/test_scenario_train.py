@@ -1,8 +1,9 @@
 """RLlib training on a named scenario (``cloudrl train --scenario``, ``cloudrl sweep
 --scenario``) and the controller that plays its checkpoints in the scenario runner.
 
-One module-scoped run trains PPO, DQN (flat Discrete(24) env) and BDQ (branching
-MultiDiscrete([6, 4]) env) on the ``tiny`` scenario for a few hundred env steps each,
+One module-scoped run trains PPO, DQN (flat Discrete(24) env), BDQ (branching
+MultiDiscrete([6, 4]) env) and the gated DQN (a preset of the signal-aware rule per
+decision) on the ``tiny`` scenario for a few hundred env steps each,
 through the env wrapper that gives the project's masked RLModules their Dict observation;
 the tests read the checkpoints back. The command-line errors need no Ray. The scenario
 sweep (Ray Tune, MLflow) is ``slow``.
@@ -20,14 +21,18 @@ import pytest
 from cloudrl import cli
 from cloudrl.protocol import validation_seeds
 
-ALGOS = ("ppo", "dqn", "bdq")
+ALGOS = ("ppo", "dqn", "bdq", "gated_dqn")
 TINY_HPARAMS: dict[str, dict[str, Any]] = {
     "ppo": {"train_batch_size_per_learner": 160, "minibatch_size": 40, "num_epochs": 1},
     "dqn": {"train_batch_size_per_learner": 32, "num_steps_sampled_before_learning_starts": 100,
             "target_network_update_freq": 50},
     "bdq": {"train_batch_size_per_learner": 32, "num_steps_sampled_before_learning_starts": 100,
             "target_network_update_freq": 50},
+    "gated_dqn": {"train_batch_size_per_learner": 32,
+                  "num_steps_sampled_before_learning_starts": 100,
+                  "target_network_update_freq": 50},
 }
+INTERFACE = {"ppo": "flat", "dqn": "flat", "bdq": "branching", "gated_dqn": "gated"}
 SEEDS = list(validation_seeds(2))
 
 
@@ -122,6 +127,17 @@ def test_train_config_on_a_scenario() -> None:
     assert cfg.threads().learner == 1 and TrainConfig().threads().learner == "auto"
     assert TrainConfig(algo="dqn", scenario="tiny", torch_threads={"learner": 2}
                        ).threads().learner == 2
+    gated = TrainConfig(algo="gated_dqn", scenario="tiny", scenario_heuristic={"quantile": 0.4})
+    env = gated.train_env_config()
+    assert gated.interface() == env["interface"] == "gated"
+    assert env["controller_config"]["heuristic"] == {"quantile": 0.4}
+    assert env["controller_config"]["presets"][0] == {}  # preset 0: the rule itself
+    with pytest.raises(ValueError, match="hparams.presets"):
+        TrainConfig(algo="gated_dqn", scenario="tiny", hparams={"presets": [{}]})
+    with pytest.raises(ValueError, match="heuristic.bogus"):
+        TrainConfig(algo="gated_dqn", scenario="tiny", scenario_heuristic={"bogus": 1})
+    with pytest.raises(ValueError, match="goes with scenario"):
+        TrainConfig(algo="gated_dqn", scenario_heuristic={"quantile": 0.4})
 
 
 def test_heuristic_params_take_the_forms_the_scenario_commands_write(tmp_path: Path) -> None:
@@ -158,7 +174,7 @@ def test_each_algorithm_trains_and_writes_a_scenario_checkpoint(
     for algo, (path, history) in trained.items():
         meta = read_meta(path)
         assert is_checkpoint(path) and meta["algo"] == algo and meta["scenario"] == "tiny"
-        assert meta["interface"] == ("branching" if algo == "bdq" else "flat")
+        assert meta["interface"] == INTERFACE[algo]
         assert history[-1]["env_steps"] >= 200
         ended = [h for h in history if "cost_usd" in h]  # 80-decision episodes ended
         assert ended and all(h["cost_usd"] > 0 and h["energy_kwh"] > 0 for h in ended)
@@ -166,6 +182,7 @@ def test_each_algorithm_trains_and_writes_a_scenario_checkpoint(
 
 def test_the_rllib_controller_replays_a_checkpoint_deterministically(
         trained: dict[str, tuple[Path, list[dict[str, float]]]]) -> None:
+    from cloudrl.checkpoint_policy import read_meta
     from cloudrl.scenarios.rl_policy import load_rl_controller
     from cloudrl.scenarios.runner import ControllerSpec, run_controllers
     from envs.scenario.catalog import load_scenario
@@ -179,12 +196,19 @@ def test_the_rllib_controller_replays_a_checkpoint_deterministically(
         assert all(m["decide_p50_ms"] > 0 for m in first)
         # the controller plays exactly the episode the env gives its greedy actions
         ctrl = load_rl_controller(path)
-        env = MaskedScenarioEnv({"scenario": "tiny", "interface": ctrl.interface})
+        env_config = read_meta(path)["env_config"]  # the gated env's controller too
+        env = MaskedScenarioEnv({k: v for k, v in env_config.items()
+                                 if k not in ("seed_pool", "reward_scale")})
+        assert env.interface == ctrl.interface == INTERFACE[algo]
         obs, _ = env.reset(seed=SEEDS[0])
         done, cost = False, 0.0
         while not done:
-            i, j = ctrl.action(obs["macro"])
-            action = i * len(READY_MARGINS) + j if ctrl.interface == "flat" else np.array([i, j])
+            if ctrl.interface == "gated":  # the preset the module picks
+                action = int(np.argmax(ctrl.scores(obs["macro"])))
+            else:
+                i, j = ctrl.action(obs["macro"])
+                action = (i * len(READY_MARGINS) + j if ctrl.interface == "flat"
+                          else np.array([i, j]))
             obs, reward, done, _, _ = env.step(action)
             cost -= reward
         assert cost == pytest.approx(first[0]["cost_usd"], rel=1e-9)

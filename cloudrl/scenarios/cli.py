@@ -300,7 +300,7 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
                         "distill_fine_ready, each also with _es (then fine-tuned on the true "
-                        "cost), bdq, dqn, ppo (default distill)")
+                        "cost), bdq, dqn, ppo, gated_dqn (default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--expert-seeds", type=int,
                    help="train seeds the MPC plays for the distill families (default 20)")

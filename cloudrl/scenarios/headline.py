@@ -12,7 +12,8 @@ seeds, the claim on the held-out test seeds):
    ``distill_fine_ready``: ``distill_default`` with ready margins of its own;
    ``<family>_es`` for each of these: that family's run, then fine-tuned on the true cost
    by evolution strategies (:mod:`cloudrl.algorithms.es`);
-   the RLlib families ``bdq``, ``dqn``, ``ppo``) once per run seed;
+   the RLlib families ``bdq``, ``dqn``, ``ppo`` and ``gated_dqn``, the DQN that picks a
+   preset of the tuned signal-aware rule every decision period) once per run seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
    test seeds, paired by seed; report each run, and claim the **median run** (by its test
@@ -223,8 +224,10 @@ def _train_es(base: str) -> Trainer:
     return train_one
 
 
-def _train_rllib(algo: str) -> Trainer:
-    """An RLlib family (``cloudrl train --scenario NAME --algo ALGO``) as a trainer."""
+def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None) -> Trainer:
+    """An RLlib family (``cloudrl train --scenario NAME --algo ALGO``) as a trainer; the
+    gated DQN picks presets of the signal-aware rule at ``heuristic_params`` (the tuned
+    point)."""
 
     def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
                   run_seed: int, out: Path) -> ControllerSpec:
@@ -233,7 +236,8 @@ def _train_rllib(algo: str) -> Trainer:
 
         init_ray()
         tc = TrainConfig(algo=algo, scenario=scn.name, run_seed=run_seed,
-                         env_steps=cfg.rl_env_steps, checkpoint_dir=str(out.resolve()))
+                         env_steps=cfg.rl_env_steps, checkpoint_dir=str(out.resolve()),
+                         scenario_heuristic=dict(heuristic_params or {}))
         path, history = train(tc)
         print(f"{algo} run {run_seed}: {history[-1]['env_steps']:.0f} env steps "
               f"({history[-1]['wall_s']:.0f} s), {path}", flush=True)
@@ -242,14 +246,16 @@ def _train_rllib(algo: str) -> Trainer:
     return train_one
 
 
-def available_families() -> dict[str, Trainer]:
+def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
-    --scenario`` (BDQ on the branching env, DQN and PPO on the flat one)."""
+    --scenario`` (BDQ on the branching env, DQN and PPO on the flat one, the gated DQN over
+    the signal-aware rule at ``heuristic_params``)."""
     distilled = {"distill": _train_distill, "distill_default": _train_distill_default,
                  "distill_fine": _train_distill_fine,
                  "distill_fine_ready": _train_distill_fine_ready}
     return {**distilled, **{f"{name}_es": _train_es(name) for name in distilled},
-            "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo")}
+            "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo"),
+            "gated_dqn": _train_rllib("gated_dqn", heuristic_params)}
 
 
 # --- the pipeline ---------------------------------------------------------------------------
@@ -354,7 +360,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     heur_p, mpc_p, tuned_how = _tuned_params(scn, cfg)
     say(f"[1/4] heuristic and MPC {tuned_how} ({time.perf_counter() - t0:.0f} s)")
 
-    trainers = available_families()
+    trainers = available_families(heur_p)
     candidates: dict[str, list[ControllerSpec]] = {}
     train_wall: dict[str, float] = {}
     for fam in cfg.families:

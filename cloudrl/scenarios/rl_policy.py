@@ -7,9 +7,11 @@ env does (:func:`envs.scenario.env.observe` of the online
 :class:`~envs.scenario.control.PlanView`, in the masked layout the env wrapper
 :class:`envs.scenario.env.MaskedScenarioEnv` trained it on), plays the module's greedy
 action (Q-learners: the argmax of the Q-values, per branch for BDQ; PPO: the most
-probable action) and sets the env's controls for it; ``decide_times`` records the wall
-time of each decision (view + observation + forward, batch 1, in-process), the forward on
-``threads`` torch intra-op threads (default 1; the process setting is restored after).
+probable action) and sets the env's controls for it (the gated DQN's action is a preset
+of the signal-aware rule, which sets them: :mod:`envs.scenario.gated`); ``decide_times``
+records the wall time of each decision (view + observation + forward, batch 1,
+in-process), the forward on ``threads`` torch intra-op threads (default 1; the process
+setting is restored after).
 
 A checkpoint is the directory ``cloudrl train --scenario`` writes: RLlib's checkpoint of
 the algorithm (the module under ``learner_group/learner/rl_module/default_policy``) and
@@ -75,22 +77,35 @@ class RLlibController:
     clairvoyant = False
 
     def __init__(self, module: Any, interface: str, name: str = "rllib",
-                 threads: int | None = 1) -> None:
-        if interface not in ("flat", "branching"):
-            raise ValueError(f"interface must be 'flat' or 'branching', got {interface!r}")
+                 threads: int | None = 1, gate: dict[str, Any] | None = None) -> None:
+        if interface not in ("flat", "branching", "gated"):
+            raise ValueError(f"interface must be 'flat', 'branching' or 'gated', "
+                             f"got {interface!r}")
         self.module = module
         self.interface = interface
         self.name = name
         self.threads = threads
-        self.mask_size = (len(RELEASE_LEVELS) * len(READY_MARGINS) if interface == "flat"
-                          else len(RELEASE_LEVELS) + len(READY_MARGINS))
+        self.presets = None
+        if interface == "gated":  # the module picks a preset of the rule, which decides
+            from envs.gated_env import resolve_controller
+
+            if not gate or "controller" not in gate:
+                raise ValueError("a gated checkpoint needs its controller "
+                                 "(env_config['controller'] in cloudrl.json)")
+            self.presets = resolve_controller(gate["controller"], gate.get("controller_config"))
+            self.mask_size = int(self.presets.n_choices)
+        else:
+            self.mask_size = (len(RELEASE_LEVELS) * len(READY_MARGINS) if interface == "flat"
+                              else len(RELEASE_LEVELS) + len(READY_MARGINS))
         self.decide_times: list[float] = []
 
     def reset(self, sim: ScenarioSim) -> None:
         self.decide_times = []
+        if self.presets is not None:
+            self.presets.reset(sim)
 
-    def action(self, obs: np.ndarray) -> tuple[int, int]:
-        """The greedy (release level, ready margin) indices for one observation vector."""
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """The module's greedy scores for one observation vector (Q-values or logits)."""
         import torch
 
         batch = {k: torch.from_numpy(v[None])
@@ -107,7 +122,11 @@ class RLlibController:
                         "action_dist_inputs"][0]
         finally:
             torch.set_num_threads(before)
-        scores = scores.numpy()
+        return scores.numpy()
+
+    def action(self, obs: np.ndarray) -> tuple[int, int]:
+        """The greedy (release level, ready margin) indices for one observation vector."""
+        scores = self.scores(obs)
         if self.interface == "flat":
             i, j = divmod(int(np.argmax(scores)), len(READY_MARGINS))
             return i, j
@@ -117,8 +136,11 @@ class RLlibController:
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
         t0 = time.perf_counter()
         v = plan_view(sim)
-        i, j = self.action(observe(sim, v))
-        out = release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
+        if self.presets is not None:
+            out = self.presets.controls(v, int(np.argmax(self.scores(observe(sim, v)))))
+        else:
+            i, j = self.action(observe(sim, v))
+            out = release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
         self.decide_times.append(time.perf_counter() - t0)
         return out
 
@@ -126,7 +148,7 @@ class RLlibController:
 def load_rl_controller(path: str | Path, name: str = "rllib") -> RLlibController:
     """The greedy controller of a ``cloudrl train --scenario`` checkpoint."""
     module, meta = load_module(path)
-    return RLlibController(module, meta["interface"], name)
+    return RLlibController(module, meta["interface"], name, gate=meta.get("env_config"))
 
 
 def heuristic_params(given: str | None, scenario: str) -> dict[str, Any]:

@@ -121,10 +121,14 @@ class ScenarioEnv(gym.Env):
             raise ValueError(f"action {action!r} outside {self.action_space}")
         return int(a[0]), int(a[1])
 
+    def controls(self, action) -> tuple[float, float]:
+        """The simulator's two controls (release target, ready cores) for ``action``."""
+        i, j = self.decode(action)
+        return release_and_ready(self._view, RELEASE_LEVELS[i], READY_MARGINS[j])
+
     def step(self, action):
         assert self._view is not None, "reset() first"
-        i, j = self.decode(action)
-        self.sim.set_controls(*release_and_ready(self._view, RELEASE_LEVELS[i], READY_MARGINS[j]))
+        self.sim.set_controls(*self.controls(action))
         totals = dict.fromkeys(("cost_usd", "energy_usd", "carbon_usd", "sla_usd",
                                 "energy_kwh", "grid_kwh", "carbon_kg"), 0.0)
         viol = [0, 0]
@@ -179,7 +183,8 @@ class MaskedScenarioEnv(gym.Wrapper):
 
     ``config``: :class:`ScenarioEnv`'s keys plus ``interface`` (``"flat"``: the
     ``Discrete`` :class:`ScenarioFlatEnv`, a 24-long mask; ``"branching"``: the
-    ``MultiDiscrete`` :class:`ScenarioEnv`, the two branch masks concatenated, 6 + 4) and
+    ``MultiDiscrete`` :class:`ScenarioEnv`, the two branch masks concatenated, 6 + 4;
+    ``"gated"``: :class:`envs.scenario.gated.GatedScenarioEnv`, one entry per preset) and
     ``seed_pool`` (a list of episode seeds: each reset plays one drawn from it by the
     wrapper's generator, which ``reset(seed=s)`` reseeds, so RLlib's per-env reset seeds
     stay inside the pool; None: ``reset(seed=s)`` plays episode ``s``). The observation is
@@ -198,9 +203,14 @@ class MaskedScenarioEnv(gym.Wrapper):
         elif interface == "branching":
             env = ScenarioEnv(cfg)
             self.mask_size = int(env.action_space.nvec.sum())
+        elif interface == "gated":
+            from envs.scenario.gated import GatedScenarioEnv
+
+            env = GatedScenarioEnv(cfg)
+            self.mask_size = int(env.action_space.n)
         else:
-            raise ValueError(f"MaskedScenarioEnv: interface must be 'flat' or 'branching', "
-                             f"got {interface!r}")
+            raise ValueError(f"MaskedScenarioEnv: interface must be 'flat', 'branching' or "
+                             f"'gated', got {interface!r}")
         super().__init__(env)
         self.interface = interface
         self.seed_pool = [int(s) for s in pool] if pool is not None else None

@@ -56,9 +56,15 @@ class GatedDQNConfig(DQNConfig):
 
 
 def configure_gated(config: GatedDQNConfig) -> None:
-    """Train on the gated env with ``config``'s controller; the module records it."""
-    gate = config.gate()
-    config.environment(GATED_ID, env_config={**config.env_config, **gate})
+    """Train on the gated env with ``config``'s controller; the module records it. On a
+    scenario the env is already the gated scenario env (``cloudrl.training``: the
+    signal-aware rule's presets, :mod:`cloudrl.algorithms.gated.scenario_presets`): the
+    module records its controller."""
+    if "scenario" in config.env_config:
+        gate = {k: config.env_config[k] for k in ("controller", "controller_config")}
+    else:
+        gate = config.gate()
+        config.environment(GATED_ID, env_config={**config.env_config, **gate})
     spec = config._rl_module_spec  # set by cloudrl.training.build_algo_config
     if spec is not None:
         config.rl_module(rl_module_spec=dataclasses.replace(
