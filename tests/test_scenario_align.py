@@ -32,6 +32,19 @@ def test_safe_cost_charges_ten_dollars_per_step_above_each_class_bound():
     assert UTILITIES["safe_cost"] is safe_cost
 
 
+def test_the_teachers_bounds_move_where_it_starts_charging():
+    from cloudrl.scenarios.align import teacher
+
+    m = _metrics(cost_usd=80.0, sla_lc=0.0002, sla_batch=0.002)
+    assert safe_cost(m) == 80.0  # under the default bounds
+    # LC 0.02% is 1 step of 0.01 pp above a 0.01% bound; batch 0.2% 1 step above 0.1%
+    assert safe_cost(m, {"sla_lc": 0.0001}) == pytest.approx(90.0)
+    assert safe_cost(m, {"sla_lc": 0.0001, "sla_batch": 0.001}) == pytest.approx(100.0)
+    assert teacher(AlignConfig()) is safe_cost
+    assert teacher(AlignConfig(lc_bound=0.0001, batch_bound=0.001))(m) == pytest.approx(100.0)
+    assert teacher(AlignConfig(batch_bound=0.001))(m) == pytest.approx(90.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0, 200), st.floats(0, 0.01), st.floats(0, 0.05), st.floats(0, 0.01),
        st.floats(0, 0.05))
@@ -94,6 +107,8 @@ def test_config_refuses_bad_values():
     ["--n-test-seeds", "0"],
     ["--head-weight", "-0.5"],
     ["--es-iterations", "ten"],
+    ["--lc-bound", "-0.001"],
+    ["--batch-bound", "2"],
 ])
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(argv, capsys, tmp_path):
     try:

@@ -40,6 +40,7 @@ from cloudrl.scenarios.safety_head import learn_head
 from cloudrl.scenarios.steering import (
     DEFAULT_TUNED,
     FEATURES,
+    SAFE_BOUNDS,
     EpisodeCache,
     SteerConfig,
     features,
@@ -68,6 +69,9 @@ class AlignConfig:
     es_iterations: int = 15
     val_seeds: int = 8  # validation seeds that pick each search's kept iteration
     head_weight: float = 1.0
+    # the teacher's per-class bounds (violation rates; None: safe_cost's 0.03% and 0.3%)
+    lc_bound: float | None = None
+    batch_bound: float | None = None
     pool_heuristic: int = 30
     pool_mpc: int = 10
     pool_seeds: int = 2
@@ -91,10 +95,27 @@ class AlignConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.head_weight >= 0:
             raise ValueError(f"--head-weight must be >= 0, got {self.head_weight}")
+        for name in ("lc_bound", "batch_bound"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} is a violation rate in [0, 1], "
+                                 f"got {v}")
         if not self.run_seeds:
             raise ValueError("at least one run seed")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
+
+
+def teacher(cfg: AlignConfig) -> Callable[[dict[str, float]], float]:
+    """The scripted teacher's utility: ``safe_cost`` at ``cfg``'s bounds."""
+    bounds = {k: v for k, v in (("sla_lc", cfg.lc_bound), ("sla_batch", cfg.batch_bound))
+              if v is not None}
+    if not bounds:
+        return safe_cost
+
+    def utility(m: dict[str, float]) -> float:
+        return safe_cost(m, bounds)
+    return utility
 
 
 def teacher_params(scn: ScenarioConfig, cfg: AlignConfig) -> dict[str, Any]:
@@ -165,6 +186,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     root = Path(cfg.out) / scn.name
     root.mkdir(parents=True, exist_ok=True)
     params = teacher_params(scn, cfg)
+    utility = teacher(cfg)
 
     # 1. BC from the heuristic
     start = behaviour_clone(scn, cfg, params, root / "bc", log)
@@ -177,7 +199,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     pool = [m for r in cache.play(scn, pool_specs(sc), list(train_seeds(cfg.pool_seeds)),
                                   cfg.workers) for m in r]
     feats = features(pool)
-    u_pool = np.array([safe_cost(m) for m in pool])
+    u_pool = np.array([utility(m) for m in pool])
     log(f"pool: {len(pool)} episodes, teacher's utility {u_pool.min():.1f}..{u_pool.max():.1f} $")
     models, heads, infos = {}, {}, []
     for rs in cfg.run_seeds:
@@ -209,16 +231,22 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     jobs += [(f"head{rs}", rs, objective(rs, cfg.head_weight),
               f"the learned reward + {cfg.head_weight:g} x the alignment head")
              for rs in cfg.run_seeds]
-    jobs.append((f"true{rs0}", rs0, safe_cost, "the teacher's utility"))
+    jobs.append((f"true{rs0}", rs0, utility, "the teacher's utility"))
     digest = weights_digest(start)
     runs: dict[str, dict[str, Any]] = {}
     for name, rs, obj, what in jobs:
-        out = root / f"es-{name}"
+        # a head search per weight: another weight is another policy, kept beside it
+        w = "" if not name.startswith("head") or cfg.head_weight == 1 else \
+            f"-w{cfg.head_weight:g}"
+        out = root / f"es-{name}{w}"
         ec = ESConfig(run_seed=rs, iterations=cfg.es_iterations, n_val_seeds=cfg.val_seeds,
                       workers=cfg.workers)
+        labels = [cfg.n_comparisons, cfg.noise, cfg.pool_heuristic, cfg.pool_mpc,
+                  cfg.pool_seeds, cfg.pool_seed]
+        if utility is not safe_cost:  # the teacher's own bounds (the default adds nothing)
+            labels.append([cfg.lc_bound, cfg.batch_bound])
         key = _key(scenario=scn.model_dump(mode="json"), es=ec.to_dict(), start=digest,
-                   what=what, labels=[cfg.n_comparisons, cfg.noise, cfg.pool_heuristic,
-                                      cfg.pool_mpc, cfg.pool_seeds, cfg.pool_seed])
+                   what=what, labels=labels)
         if _reusable(out, key):
             man = json.loads((out / "manifest.json").read_text())
             runs[name] = {"checkpoint": str(out), "objective": what, "reused": True,
@@ -247,7 +275,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     res = AlignResult(asdict(cfg), {}, [], infos, 0.0, runs=runs)
     for name, eps in played.items():
         res.policies[name] = {
-            "utility": float(np.mean([safe_cost(m) for m in eps])),
+            "utility": float(np.mean([utility(m) for m in eps])),
             **{k: float(np.mean([m[k] for m in eps]))
                for k in ("cost_usd", "sla_lc", "sla_batch", "violations_lc",
                          "violations_batch")}}
@@ -256,7 +284,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     res.median_run = learned[len(learned) // 2]
 
     def compare(a: str, b: str, metric: str) -> dict[str, Any]:
-        f = safe_cost if metric == "utility" else (lambda m: m[metric])
+        f = utility if metric == "utility" else (lambda m: m[metric])
         d, lo, hi = paired_ci(np.array([f(m) for m in played[a]]),
                               np.array([f(m) for m in played[b]]))
         return {"a": a, "b": b, "metric": metric, "diff": d, "ci95": [lo, hi]}
@@ -275,7 +303,10 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
 
 def format_table(res: AlignResult) -> str:
     c = res.config
-    lines = [f"{c['scenario']}, teacher {TEACHER} ($/episode, lower is better), "
+    bounds = "" if c.get("lc_bound") is None and c.get("batch_bound") is None else (
+        f" with bounds LC {100 * (c['lc_bound'] or SAFE_BOUNDS['sla_lc']):g}%, batch "
+        f"{100 * (c['batch_bound'] or SAFE_BOUNDS['sla_batch']):g}%")
+    lines = [f"{c['scenario']}, teacher {TEACHER}{bounds} ($/episode, lower is better), "
              f"{c['n_test_seeds']} test seeds; {c['n_comparisons']} comparisons per run seed, "
              f"{c['noise']:.0%} flipped",
              f"{'policy':14s} {'U':>8s} {'cost':>8s} {'LC viol.':>9s} {'LC %':>8s} "

@@ -16,6 +16,7 @@ def _cmd_align(args: argparse.Namespace) -> int:
     try:
         kw = {k: getattr(args, k) for k in ("n_test_seeds", "bc_expert_seeds", "bc_epochs",
                                              "es_iterations", "val_seeds", "head_weight",
+                                             "lc_bound", "batch_bound",
                                              "pool_heuristic", "pool_mpc", "pool_seeds",
                                              "workers", "out")
               if getattr(args, k) is not None}
@@ -55,6 +56,11 @@ def add_align_parser(ss: argparse._SubParsersAction) -> None:
                     help="validation seeds that pick each search's kept iteration (default 8)")
     al.add_argument("--head-weight", type=float,
                     help="weight of the alignment head in the objective (default 1)")
+    al.add_argument("--lc-bound", type=float,
+                    help="the teacher's latency-critical bound, a violation rate (default "
+                         "0.0003 = 0.03%%)")
+    al.add_argument("--batch-bound", type=float,
+                    help="the teacher's batch bound, a violation rate (default 0.003 = 0.3%%)")
     al.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
     al.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
     al.add_argument("--pool-seeds", type=int, help="train seeds per pool point")

@@ -100,11 +100,12 @@ def sla_first(m: dict[str, float]) -> float:
     return float(m["energy_usd"] + m["carbon_usd"] + SLA_WEIGHT * m["sla_usd"])
 
 
-def safe_cost(m: dict[str, float]) -> float:
+def safe_cost(m: dict[str, float], bounds: dict[str, float] | None = None) -> float:
     """cost_usd + $10 per step above each class's bound (LC: 0.01 pp above 0.03%; batch:
-    0.1 pp above 0.3%) ($, lower is better)."""
-    return float(m["cost_usd"] + sum(SAFE_PRICE * max(0.0, m[c] - b) / SAFE_STEPS[c]
-                                     for c, b in SAFE_BOUNDS.items()))
+    0.1 pp above 0.3%; ``bounds`` replaces any of those rates) ($, lower is better)."""
+    b = {**SAFE_BOUNDS, **(bounds or {})}
+    return float(m["cost_usd"] + sum(SAFE_PRICE * max(0.0, m[c] - b[c]) / SAFE_STEPS[c]
+                                     for c in SAFE_BOUNDS))
 
 
 UTILITIES: dict[str, Callable[[dict[str, float]], float]] = {
