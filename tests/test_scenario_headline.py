@@ -108,6 +108,8 @@ def test_table_marks_the_claimed_run():
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "learned"], "--checkpoint"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "/no/such"], "/no/such"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--sla-budget", "0.001", "-1"],
+     "--sla-budget"),
 ])
 def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsys, tmp_path):
     extra = ["--out-dir", str(tmp_path), "--no-log"] if argv[0] == "headline" else []
@@ -115,6 +117,25 @@ def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsy
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_sla_budget_prints_the_share_of_seeds_within_each_class(capsys, tmp_path):
+    out = tmp_path / "ev.json"
+    assert main(["scenarios", "evaluate", "--scenario", "tiny", "--policy", "signal_aware",
+                 "--policy", "run_at_once", "--split", "validation", "--n-seeds", "3",
+                 "--workers", "1", "--sla-budget", "0.001", "0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "share of seeds within the SLA budget" in text
+    ev = json.loads(out.read_text())
+    for name, w in ev["within_budget"].items():
+        per_seed = ev["policies"][name]["per_seed"]
+        lc = [m["sla_lc"] <= 0.001 for m in per_seed]
+        batch = [m["sla_batch"] <= 0.0 for m in per_seed]
+        assert w["lc"] == pytest.approx(np.mean(lc))
+        assert w["batch"] == pytest.approx(np.mean(batch))
+        both = [a and b for a, b in zip(lc, batch, strict=True)]
+        assert w["both"] == pytest.approx(np.mean(both))
+        assert f"{name:14s} LC {w['lc']:6.0%}" in text
 
 
 def test_defaults_run():

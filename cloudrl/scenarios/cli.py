@@ -94,6 +94,10 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
         label = "learned" if len(args.checkpoint) == 1 else f"learned{n}"
         specs.append(ControllerSpec(kind, {"checkpoint": str(path)}, label))
         print(f"{label}: {path}")
+    budget = getattr(args, "sla_budget", None)
+    if budget is not None and not all(0.0 <= b <= 1.0 for b in budget):
+        return _fail(f"--sla-budget {budget[0]:g} {budget[1]:g}: two violation rates in [0, 1] "
+                     f"(latency-critical, batch)")
     seeds = list(seeds_for(args.split, args.n_seeds))
     res = run_controllers(cfg, specs, seeds, args.workers)
     cols = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
@@ -103,6 +107,15 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     print(f"{'policy':14s}" + "".join(f"{c:>12s}" for c in cols))
     for spec, r in zip(specs, res, strict=True):
         print(f"{spec.name:14s}" + "".join(f"{np.mean([m[c] for m in r]):12.4f}" for c in cols))
+    within = None
+    if budget is not None:
+        within = {spec.name: _within_budget(r, budget) for spec, r in zip(specs, res,
+                                                                           strict=True)}
+        print(f"share of seeds within the SLA budget (latency-critical <= {100 * budget[0]:g}%, "
+              f"batch <= {100 * budget[1]:g}% violations per episode):")
+        for name, w in within.items():
+            print(f"{name:14s} LC {w['lc']:6.0%}   batch {w['batch']:6.0%}   both "
+                  f"{w['both']:6.0%}")
     comparisons = _learned_vs_references(specs, res)
     if args.json:
         out = Path(args.json)
@@ -110,10 +123,21 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
         out.write_text(json.dumps({
             "command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
             "split": args.split, "seeds": seeds, "comparisons": comparisons,
+            **({"sla_budget": list(budget), "within_budget": within} if within else {}),
             "policies": {s.name: {"kind": s.kind, "params": s.params, "per_seed": r}
                          for s, r in zip(specs, res, strict=True)}}, indent=2))
         print(f"wrote {out}")
     return 0
+
+
+def _within_budget(episodes: list[dict], budget: list[float]) -> dict[str, float]:
+    """The share of episodes within each class's violation-rate budget, and within both."""
+    import numpy as np
+
+    lc = np.array([m["sla_lc"] for m in episodes]) <= budget[0]
+    batch = np.array([m["sla_batch"] for m in episodes]) <= budget[1]
+    return {"lc": float(lc.mean()), "batch": float(batch.mean()),
+            "both": float((lc & batch).mean())}
 
 
 # what a user of the cluster envs calls the heuristic: on a scenario it is the signal-aware
@@ -362,6 +386,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="a learned policy's checkpoint directory (from 'cloudrl scenarios "
                          "distill'; repeatable): played beside the others, with paired cost "
                          "differences against the heuristic and the MPC")
+    ev.add_argument("--sla-budget", type=float, nargs=2, metavar=("LC", "BATCH"),
+                    help="per-class SLA budgets, violation rates per episode (e.g. 0.000522 "
+                         "0.005658): print the share of seeds each policy keeps within them")
     ev.add_argument("--json", help="write per-seed metrics and the comparisons to this path")
     ev.set_defaults(func=evaluate_scenario)
     ds = ss.add_parser("distill", help="train a learned policy by imitating the forecast MPC "
