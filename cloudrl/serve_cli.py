@@ -35,13 +35,20 @@ def service_config(args: argparse.Namespace) -> Any:
 
 
 def is_scenario_checkpoint(path: str) -> bool:
-    """A ``cloudrl scenarios distill`` checkpoint (``policy.json`` or ``policy.pt``), not
-    a ``cloudrl train`` one (``cloudrl.json``)."""
+    """A ``cloudrl scenarios distill`` checkpoint (``policy.json`` or ``policy.pt``), or a
+    ``cloudrl train --scenario`` one (``cloudrl.json`` naming a scenario); not a cluster
+    env's ``cloudrl train`` checkpoint."""
+    import json
     from pathlib import Path
 
     p = Path(path)
-    return not (p / "cloudrl.json").is_file() and any(
-        (p / name).is_file() for name in ("policy.json", "policy.pt"))
+    meta = p / "cloudrl.json"
+    if meta.is_file():
+        try:
+            return bool(json.loads(meta.read_text()).get("scenario"))
+        except (OSError, ValueError, AttributeError):
+            return False
+    return any((p / name).is_file() for name in ("policy.json", "policy.pt"))
 
 
 def _scenario_policy(args: argparse.Namespace) -> str | None:

@@ -36,6 +36,7 @@ import math
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,8 @@ def _load_learned(path: str, params: dict[str, Any], scenario: str | None) -> An
     if unknown:
         raise ScenarioPolicyError(f"policy 'learned:{path}': unknown params {unknown} (the "
                                   f"learned policy takes only 'threads')")
+    if (Path(path) / "cloudrl.json").is_file():  # an RLlib checkpoint (cloudrl train)
+        return _load_rllib(path, params, scenario)
     try:
         from cloudrl.algorithms.distill.policy import CheckpointError, load_served_controller
     except Exception as e:  # noqa: BLE001 - torch or the module does not import here
@@ -106,6 +109,22 @@ def _load_learned(path: str, params: dict[str, Any], scenario: str | None) -> An
     except Exception as e:  # noqa: BLE001 - any loader failure names the checkpoint
         raise ScenarioPolicyError(f"--checkpoint {path} does not load: {type(e).__name__}: "
                                   f"{' '.join(str(e).split())}") from None
+
+
+def _load_rllib(path: str, params: dict[str, Any], scenario: str | None) -> Any:
+    """The greedy controller of a ``cloudrl train --scenario`` checkpoint (e.g. the gated
+    DQN), deciding from a request's view; ScenarioPolicyError names what is wrong."""
+    try:
+        from cloudrl.scenarios.rl_policy import RLCheckpointError, load_rl_controller
+
+        ctrl = load_rl_controller(path, "learned", scenario)
+    except RLCheckpointError as e:
+        raise ScenarioPolicyError(" ".join(str(e).split())) from None
+    except Exception as e:  # noqa: BLE001 - any loader failure names the checkpoint
+        raise ScenarioPolicyError(f"--checkpoint {path} does not load: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split())}") from None
+    ctrl.threads = params.get("threads", 1)
+    return ctrl
 
 
 def _timed(fn: Any, view: PlanView) -> tuple[Any, float]:

@@ -251,6 +251,13 @@ def test_checkpoint_goes_to_the_scenario_only_when_it_is_a_scenario_checkpoint(t
     assert c.policy == str(rllib) and c.scenario.policy == "signal_aware"
     c = cfg("--scenario", SCENARIO, "--scenario-policy", POLICY, "--checkpoint", str(rllib))
     assert c.policy == str(rllib) and c.scenario.policy == POLICY
+    # a cloudrl train checkpoint of a scenario (e.g. the gated DQN) is that scenario's policy
+    gated = tmp_path / "gated"
+    gated.mkdir()
+    (gated / "cloudrl.json").write_text(json.dumps({"algo": "gated_dqn", "scenario": SCENARIO}))
+    c = cfg("--scenario", SCENARIO, "--checkpoint", str(gated))
+    assert c.scenario.policy.startswith("learned:") and c.scenario.policy.endswith("gated")
+    assert c.policy == "heuristic:power_aware"
 
 
 # ------------------------------------------------------------------ over HTTP

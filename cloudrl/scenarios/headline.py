@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from cloudrl.protocol import test_seeds, validation_seeds
+from cloudrl.protocol import test_seeds, train_seeds, validation_seeds
 from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
 from envs.scenario.catalog import load_scenario
 from envs.scenario.config import ScenarioConfig
@@ -234,16 +234,63 @@ def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None) -> T
         from cloudrl.ray_utils import init_ray
         from cloudrl.training import TrainConfig, train
 
-        init_ray()
         tc = TrainConfig(algo=algo, scenario=scn.name, run_seed=run_seed,
                          env_steps=cfg.rl_env_steps, checkpoint_dir=str(out.resolve()),
                          scenario_heuristic=dict(heuristic_params or {}))
+        if _rllib_trained(out, tc):
+            print(f"reusing {out}: trained earlier with the same scenario and config",
+                  flush=True)
+            return ControllerSpec("rllib", {"checkpoint": str(out.resolve())},
+                                  f"{algo}-run{run_seed}")
+        init_ray()
         path, history = train(tc)
+        write_rllib_manifest(path, tc, scn, history[-1]["wall_s"])
         print(f"{algo} run {run_seed}: {history[-1]['env_steps']:.0f} env steps "
               f"({history[-1]['wall_s']:.0f} s), {path}", flush=True)
         return ControllerSpec("rllib", {"checkpoint": str(path)}, f"{algo}-run{run_seed}")
 
     return train_one
+
+
+def rllib_command(tc: Any) -> str:
+    """The ``cloudrl train`` line that trains ``tc`` (a scenario TrainConfig)."""
+    cmd = (f"cloudrl train --scenario {tc.scenario} --algo {tc.algo} --run-seed {tc.run_seed} "
+           f"--timesteps {tc.env_steps} --out {tc.checkpoint_dir}")
+    if tc.scenario_heuristic:
+        cmd += f" --heuristic-params '{json.dumps(tc.scenario_heuristic)}'"
+    return cmd
+
+
+def write_rllib_manifest(out: Path, tc: Any, scn: ScenarioConfig, wall_s: float,
+                         commit: str | None = None, dirty: bool | None = None) -> None:
+    """``manifest.json`` beside an RLlib scenario checkpoint, as the distilled ones have:
+    the command, the commit (HEAD now unless given), the seeds, the wall time, the machine."""
+    from cloudrl.algorithms.distill.command import _git, machine
+
+    manifest = {
+        "command": rllib_command(tc),
+        "commit": commit if commit is not None else _git("rev-parse", "HEAD"),
+        "dirty": dirty if dirty is not None else
+        bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
+        "run_seed": tc.run_seed, "algo": tc.algo, "env_steps": tc.env_steps,
+        "seeds": {"train": list(train_seeds(50)), "validation": [], "test": []},
+        "env_config": tc.train_env_config(), "wall_s": float(wall_s), "machine": machine()}
+    (Path(out) / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def _rllib_trained(out: Path, tc: Any) -> bool:
+    """Whether ``out`` holds an RLlib checkpoint that ``cloudrl train`` wrote for the same
+    algorithm, env (scenario, interface, controller, seeds), budget, run seed and width."""
+    try:
+        meta = json.loads((out / "cloudrl.json").read_text())
+    except (OSError, ValueError):
+        return False
+    want = json.loads(json.dumps({"algo": tc.algo, "env_steps": tc.env_steps,
+                                  "run_seed": tc.run_seed, "hidden": tc.hidden,
+                                  "env_config": tc.train_env_config()}))
+    return (out / "rllib_checkpoint.json").is_file() and \
+        all(meta.get(k) == v for k, v in want.items())
 
 
 def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[str, Trainer]:

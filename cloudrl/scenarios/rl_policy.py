@@ -86,6 +86,7 @@ class RLlibController:
         self.name = name
         self.threads = threads
         self.presets = None
+        self._static: ScenarioSim | None = None
         if interface == "gated":  # the module picks a preset of the rule, which decides
             from envs.gated_env import resolve_controller
 
@@ -99,8 +100,13 @@ class RLlibController:
                               else len(RELEASE_LEVELS) + len(READY_MARGINS))
         self.decide_times: list[float] = []
 
+    # the Serve endpoint sends an ObservedView: the observation reads the hour of the week
+    # and the fleet by power state besides the plan view
+    needs_observed_view = True
+
     def reset(self, sim: ScenarioSim) -> None:
         self.decide_times = []
+        self._static = sim
         if self.presets is not None:
             self.presets.reset(sim)
 
@@ -133,20 +139,40 @@ class RLlibController:
         # BDQ pads the shorter branch with FLOAT_MIN: the argmax stays inside each branch
         return int(np.argmax(scores[0])), int(np.argmax(scores[1]))
 
+    def controls(self, v: Any, obs: np.ndarray) -> tuple[float, float]:
+        """The controls of the greedy action on observation ``obs`` of the state ``v``."""
+        if self.presets is not None:
+            return self.presets.controls(v, int(np.argmax(self.scores(obs))))
+        i, j = self.action(obs)
+        return release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
+
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
         t0 = time.perf_counter()
         v = plan_view(sim)
-        if self.presets is not None:
-            out = self.presets.controls(v, int(np.argmax(self.scores(observe(sim, v)))))
-        else:
-            i, j = self.action(observe(sim, v))
-            out = release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
+        out = self.controls(v, observe(sim, v))
         self.decide_times.append(time.perf_counter() - t0)
         return out
 
+    def decide_view(self, view: Any) -> tuple[float, float]:
+        """The same decision from a request's view (the Serve endpoint's path): ``view`` is
+        an :class:`~cloudrl.algorithms.distill.policy.ObservedView`, whose observation is
+        the env's bit for bit; not recorded in ``decide_times`` (the service times it)."""
+        from cloudrl.algorithms.distill.policy import view_observation
 
-def load_rl_controller(path: str | Path, name: str = "rllib") -> RLlibController:
-    """The greedy controller of a ``cloudrl train --scenario`` checkpoint."""
+        if getattr(self, "_static", None) is None:
+            raise RuntimeError("reset(sim) first: the controller reads the scenario's fleet")
+        return self.controls(view, view_observation(self._static, view))
+
+
+def load_rl_controller(path: str | Path, name: str = "rllib", scenario: str | None = None
+                       ) -> RLlibController:
+    """The greedy controller of a ``cloudrl train --scenario`` checkpoint; with ``scenario``,
+    a checkpoint trained on another scenario is an :class:`RLCheckpointError`."""
+    meta = read_scenario_meta(path)
+    if scenario is not None and meta["scenario"] != scenario:
+        raise RLCheckpointError(f"--checkpoint {path}: trained on scenario "
+                                f"{meta['scenario']!r}, not {scenario!r} (serve it with "
+                                f"--scenario {meta['scenario']})")
     module, meta = load_module(path)
     return RLlibController(module, meta["interface"], name, gate=meta.get("env_config"))
 
