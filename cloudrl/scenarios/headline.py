@@ -254,8 +254,11 @@ def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None) -> T
 
 def rllib_command(tc: Any) -> str:
     """The ``cloudrl train`` line that trains ``tc`` (a scenario TrainConfig)."""
+    out = Path(tc.checkpoint_dir or ".")
+    if out.is_absolute() and out.is_relative_to(Path.cwd()):
+        out = out.relative_to(Path.cwd())
     cmd = (f"cloudrl train --scenario {tc.scenario} --algo {tc.algo} --run-seed {tc.run_seed} "
-           f"--timesteps {tc.env_steps} --out {tc.checkpoint_dir}")
+           f"--timesteps {tc.env_steps} --out {out}")
     if tc.scenario_heuristic:
         cmd += f" --heuristic-params '{json.dumps(tc.scenario_heuristic)}'"
     return cmd
