@@ -65,3 +65,29 @@ def free_port(ports: Iterable[int]) -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {tried[0]}..{tried[-1]}")
+
+
+def served_episode(service: Any, sim: Any, decide: Any, check: Any) -> int:
+    """Every decision of ``sim``'s episode served: the request body of the state goes to
+    ``service.decide``, its answer is checked by ``check(state, want, out)`` against
+    ``want = decide(sim)``, and the simulator follows ``want``. Returns the decisions."""
+    import asyncio
+    import json
+
+    from serve_apps.scenario_schemas import ScenarioState
+    from serve_apps.scenario_state import state_of
+
+    async def episode() -> int:
+        n = 0
+        while not sim.done:
+            if sim.t % sim.cfg.decision_ticks == 0:
+                state = ScenarioState.model_validate_json(json.dumps(state_of(sim)))
+                want = decide(sim)
+                out = await service.decide(state)
+                check(state, want, out)
+                sim.set_controls(*want)
+                n += 1
+            sim.tick()
+        return n
+
+    return asyncio.run(episode())

@@ -286,15 +286,12 @@ def test_the_service_serves_a_gated_checkpoint_as_the_simulator_decides(
     service's path from a request body picks the preset and the controls the controller
     picks in the simulator, on every decision of an episode; another scenario's checkpoint
     is refused by name."""
-    import asyncio
-
     from cloudrl.scenarios.rl_policy import load_rl_controller
     from envs.scenario.catalog import load_scenario
     from envs.scenario.sim import ScenarioSim
     from serve_apps.scenario_config import ScenarioServing
-    from serve_apps.scenario_schemas import ScenarioState
     from serve_apps.scenario_service import ScenarioPolicyError, ScenarioService, load_controller
-    from serve_apps.scenario_state import state_of
+    from tests.support import served_episode
 
     path = str(trained["gated_dqn"][0])
     service = ScenarioService(ScenarioServing(name="tiny", policy=f"learned:{path}"))
@@ -304,22 +301,13 @@ def test_the_service_serves_a_gated_checkpoint_as_the_simulator_decides(
     in_sim = load_rl_controller(path)
     in_sim.reset(sim)
 
-    async def episode() -> int:
-        n = 0
-        while not sim.done:
-            if sim.t % sim.cfg.decision_ticks == 0:
-                state = ScenarioState.model_validate_json(json.dumps(state_of(sim)))
-                want = in_sim.decide(sim)
-                out = await service.decide(state)
-                assert not out.fallback and out.reason is None, out
-                assert out.release_util == pytest.approx(want[0], rel=1e-12, abs=1e-12)
-                assert out.ready_cores == pytest.approx(want[1], rel=1e-12, abs=1e-9)
-                assert out.decide_ms > 0 and out.controller_ms > 0
-                sim.set_controls(*want)
-                n += 1
-            sim.tick()
-        return n
+    def check(state, want, out) -> None:
+        assert not out.fallback and out.reason is None, out
+        assert out.release_util == pytest.approx(want[0], rel=1e-12, abs=1e-12)
+        assert out.ready_cores == pytest.approx(want[1], rel=1e-12, abs=1e-9)
+        assert out.decide_ms > 0 and out.controller_ms > 0
 
-    assert asyncio.run(episode()) == sim.n_ticks // sim.cfg.decision_ticks
+    assert served_episode(service, sim, in_sim.decide, check) == \
+        sim.n_ticks // sim.cfg.decision_ticks
     with pytest.raises(ScenarioPolicyError, match="trained on scenario 'tiny'"):
         load_controller(f"learned:{path}", {}, "scarcity_spikes")

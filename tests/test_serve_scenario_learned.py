@@ -42,6 +42,7 @@ from serve_apps.scenario_schemas import MAX_FORECAST, MAX_POOL, ScenarioState
 from serve_apps.scenario_service import ScenarioService
 from serve_apps.scenario_state import observed_view_of, state_of, view_of
 from serve_apps.state import StateError
+from tests.support import served_episode
 from tests.test_serve import Client, _deploy
 from tests.test_serve_scenario import _port
 
@@ -95,32 +96,23 @@ def test_the_served_path_decides_as_the_simulator_over_an_episode():
     in_sim = load_controller(CKPT)
     in_sim.reset(sim)
 
-    async def episode() -> int:
-        n = 0
-        while not sim.done:
-            if sim.t % sim.cfg.decision_ticks == 0:
-                state = _request(sim)
-                view = observed_view_of(view_of(state, service.sim), state)
-                # equal but for the simulator's running sums a rounding error below 0
-                # (-1e-17 queued cores), which a request sends as 0 (state_of)
-                np.testing.assert_allclose(view_observation(service.sim, view),
-                                           observe(sim, plan_view(sim)), rtol=0, atol=1e-12)
-                want = in_sim.decide(sim)
-                out = await service.decide(state)
-                assert not out.fallback and out.reason is None and out.policy == "learned"
-                # the same action; its ready cores add the now-cores the request rounds up
-                # from -1e-17 to 0, so they may differ in the last bit
-                assert service.controller.greedy_action(view_observation(service.sim, view)) \
-                    == service.controller.greedy_action(observe(sim, plan_view(sim))), sim.t
-                assert out.release_util == want[0], sim.t
-                assert out.ready_cores == pytest.approx(want[1], rel=1e-12, abs=1e-9), sim.t
-                assert out.decide_ms > 0 and out.controller_ms > 0
-                sim.set_controls(*want)
-                n += 1
-            sim.tick()
-        return n
+    def check(state, want, out) -> None:
+        view = observed_view_of(view_of(state, service.sim), state)
+        # equal but for the simulator's running sums a rounding error below 0
+        # (-1e-17 queued cores), which a request sends as 0 (state_of)
+        np.testing.assert_allclose(view_observation(service.sim, view),
+                                   observe(sim, plan_view(sim)), rtol=0, atol=1e-12)
+        assert not out.fallback and out.reason is None and out.policy == "learned"
+        # the same action; its ready cores add the now-cores the request rounds up
+        # from -1e-17 to 0, so they may differ in the last bit
+        assert service.controller.greedy_action(view_observation(service.sim, view)) \
+            == service.controller.greedy_action(observe(sim, plan_view(sim))), sim.t
+        assert out.release_util == want[0], sim.t
+        assert out.ready_cores == pytest.approx(want[1], rel=1e-12, abs=1e-9), sim.t
+        assert out.decide_ms > 0 and out.controller_ms > 0
 
-    assert asyncio.run(episode()) == sim.n_ticks // sim.cfg.decision_ticks
+    assert served_episode(service, sim, in_sim.decide, check) == \
+        sim.n_ticks // sim.cfg.decision_ticks
     info = service.info()
     assert info["requires_hour_of_week"] is True
     assert 0 < info["controller_ms_p50"] <= info["decide_ms_p50"] * 1.5
