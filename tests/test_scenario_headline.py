@@ -216,3 +216,31 @@ def test_evaluate_on_another_fleet_size_scales_the_load(capsys):
         costs[n] = float(next(ln for ln in out.splitlines() if ln.startswith("run_at_once"))
                          .split()[1])
     assert 2.0 < costs[3 * base] / costs[base] < 4.0  # three times the fleet and its load
+
+
+def test_an_rllib_run_is_reused_only_with_the_same_config_and_gets_a_manifest(tmp_path,
+                                                                             monkeypatch):
+    from cloudrl.scenarios.headline import _rllib_trained, write_rllib_manifest
+    from cloudrl.training import TrainConfig, write_meta
+    from envs.scenario.catalog import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "gated_dqn" / "run1"
+    out.mkdir(parents=True)
+    tc = TrainConfig(algo="gated_dqn", scenario="tiny", run_seed=1, env_steps=480,
+                     checkpoint_dir=str(out), scenario_heuristic={"quantile": 0.4})
+    assert not _rllib_trained(out, tc)  # nothing there yet
+    write_meta(out, tc)
+    assert not _rllib_trained(out, tc)  # no RLlib checkpoint beside the meta
+    (out / "rllib_checkpoint.json").write_text("{}")
+    assert _rllib_trained(out, tc)
+    for change in ({"env_steps": 960}, {"run_seed": 2},
+                   {"scenario_heuristic": {"quantile": 0.5}}):
+        assert not _rllib_trained(out, tc.model_copy(update=change)), change
+    write_rllib_manifest(out, tc, load_scenario("tiny"), 12.5)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["command"].startswith(
+        "cloudrl train --scenario tiny --algo gated_dqn --run-seed 1 --timesteps 480 "
+        "--out gated_dqn/run1 --heuristic-params")
+    assert manifest["wall_s"] == 12.5 and manifest["env_config"]["interface"] == "gated"
+    assert "commit" in manifest and "dirty" in manifest and manifest["machine"]["cpus"] >= 1

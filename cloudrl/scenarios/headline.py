@@ -264,17 +264,13 @@ def rllib_command(tc: Any) -> str:
     return cmd
 
 
-def write_rllib_manifest(out: Path, tc: Any, scn: ScenarioConfig, wall_s: float,
-                         commit: str | None = None, dirty: bool | None = None) -> None:
+def write_rllib_manifest(out: Path, tc: Any, scn: ScenarioConfig, wall_s: float) -> None:
     """``manifest.json`` beside an RLlib scenario checkpoint, as the distilled ones have:
-    the command, the commit (HEAD now unless given), the seeds, the wall time, the machine."""
-    from cloudrl.algorithms.distill.command import _git, machine
+    the command, the commit, the seeds, the wall time, the machine."""
+    from cloudrl.algorithms.distill.command import machine, source_state
 
     manifest = {
-        "command": rllib_command(tc),
-        "commit": commit if commit is not None else _git("rev-parse", "HEAD"),
-        "dirty": dirty if dirty is not None else
-        bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "command": rllib_command(tc), **source_state(),
         "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
         "run_seed": tc.run_seed, "algo": tc.algo, "env_steps": tc.env_steps,
         "seeds": {"train": list(train_seeds(50)), "validation": [], "test": []},

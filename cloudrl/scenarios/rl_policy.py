@@ -159,7 +159,7 @@ class RLlibController:
         the env's bit for bit; not recorded in ``decide_times`` (the service times it)."""
         from cloudrl.algorithms.distill.policy import view_observation
 
-        if getattr(self, "_static", None) is None:
+        if self._static is None:
             raise RuntimeError("reset(sim) first: the controller reads the scenario's fleet")
         return self.controls(view, view_observation(self._static, view))
 

@@ -32,6 +32,13 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def source_state() -> dict[str, object]:
+    """The commit the code runs from and whether tracked files differ from it (a
+    manifest's ``commit`` and ``dirty``)."""
+    return {"commit": _git("rev-parse", "HEAD"),
+            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def machine() -> dict[str, object]:
     return {"platform": platform.platform(), "processor": platform.processor() or None,
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
@@ -50,8 +57,7 @@ def train_to_dir(scn: ScenarioConfig, cfg: DistillConfig, out: str | Path,
                           {"scenario": scn.name, "config": cfg.to_dict()}, cfg.levels,
                           cfg.margins)
     manifest = {
-        "command": command, "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "command": command, **source_state(),
         "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
         "run_seed": cfg.run_seed,
         "seeds": {"expert_train": list(train_seeds(cfg.n_expert_seeds)),

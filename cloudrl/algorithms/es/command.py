@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudrl.algorithms.distill.command import _git, machine
+from cloudrl.algorithms.distill.command import machine, source_state
 from cloudrl.algorithms.distill.policy import (
     load_checkpoint,
     ready_margins_of,
@@ -43,8 +43,7 @@ def train_to_dir(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig
                            "es": cfg.to_dict(), "init_checkpoint": str(init_checkpoint)},
                           release_levels_of(spec), ready_margins_of(spec))
     manifest = {
-        "command": command, "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "command": command, **source_state(),
         "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
         "run_seed": cfg.run_seed, "init_checkpoint": str(init_checkpoint),
         "init_digest": weights_digest(init_checkpoint),
