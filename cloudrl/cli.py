@@ -191,6 +191,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
             overrides["scenario_heuristic"] = heuristic_params(args.heuristic_params, scenario)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    if getattr(args, "sla_weight", None) is not None:
+        if not scenario:
+            raise ConfigError("--sla-weight goes with --scenario")
+        overrides["scenario_sla_weight"] = args.sla_weight
     for key in ("algo", "env_steps", "num_env_runners", "num_learners", "run_seed",
                 "num_gpus_per_learner", "checkpoint_every"):
         if getattr(args, key) is not None:
@@ -695,6 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--heuristic-params", metavar="JSON",
                     help="with --scenario: the signal-aware heuristic's parameters (a JSON "
                          "object or file; default its defaults)")
+    tr.add_argument("--sla-weight", type=float, metavar="W",
+                    help="with --scenario: multiply the SLA penalties by W in the training "
+                         "reward only (0..100, default 1); evaluation keeps the scenario's "
+                         "cost")
     tr.add_argument("--eval-workers", type=int,
                     help="with --scenario: processes for the validation (default: CPUs)")
     tr.add_argument("--experiment", help="with --scenario: MLflow experiment "

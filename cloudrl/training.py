@@ -98,6 +98,11 @@ class TrainConfig(BaseModel):
     scenario_heuristic: dict[str, Any] = Field(
         default_factory=dict, description="on a scenario, the signal-aware heuristic's "
         "parameters (cloudrl train --heuristic-params): the rule gated_dqn picks presets of")
+    scenario_sla_weight: float = Field(
+        default=1.0, ge=0.0, le=100.0, description="on a scenario, a multiplier on its SLA "
+        "penalties in the training reward only (cloudrl train --sla-weight): above 1 a "
+        "violation costs the learner more than the scenario charges; the cost logged and "
+        "evaluated stays the scenario's")
 
     @field_validator("hparams")
     @classmethod
@@ -144,6 +149,8 @@ class TrainConfig(BaseModel):
             if self.scenario is None:
                 raise ValueError("scenario_heuristic: goes with scenario")
             make_scenario_controller({"heuristic": self.scenario_heuristic})
+        if self.scenario_sla_weight != 1.0 and self.scenario is None:
+            raise ValueError("scenario_sla_weight: goes with scenario")
         return self
 
     def threads(self) -> TorchThreads:
@@ -174,6 +181,8 @@ class TrainConfig(BaseModel):
                 else SCENARIO_REWARD_SCALE
             env = {"scenario": self.scenario, "interface": self.interface(),
                    "seed_pool": list(TRAIN_SEEDS), "reward_scale": scale}
+            if self.scenario_sla_weight != 1.0:  # absent at 1: earlier runs keep their key
+                env["sla_weight"] = self.scenario_sla_weight
             if self.algo == "gated_dqn":
                 from cloudrl.algorithms.gated.scenario_presets import (
                     DEFAULT_SCENARIO_PRESETS,

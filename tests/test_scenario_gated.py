@@ -26,9 +26,10 @@ from envs.scenario.sim import ScenarioSim
 PARAMS = {"quantile": 0.45, "ready_margin": 0.3, "release_util": 0.8}
 
 
-def _gated(presets=None) -> GatedScenarioEnv:
+def _gated(presets=None, **extra) -> GatedScenarioEnv:
     return GatedScenarioEnv({"scenario": "tiny", "controller": SCENARIO_CONTROLLER_PATH,
-                             "controller_config": {"heuristic": PARAMS, "presets": presets}})
+                             "controller_config": {"heuristic": PARAMS, "presets": presets},
+                             **extra})
 
 
 def _play(env: GatedScenarioEnv, seed: int, choose) -> tuple[float, dict]:
@@ -66,6 +67,16 @@ def test_a_preset_changes_the_episode_and_each_is_the_rule_at_its_knobs() -> Non
     assert mixed > 0 and summary["cost_usd"] == pytest.approx(mixed)
 
 
+@pytest.mark.parametrize("weight", [0.0, 3.0])
+def test_the_sla_weight_reprices_violations_in_the_reward_only(weight: float) -> None:
+    choose = lambda k: 0  # noqa: E731 - the rule itself, which violates on seed 1
+    plain, summary = _play(_gated(), 1, choose)
+    shaped, shaped_summary = _play(_gated(sla_weight=weight), 1, choose)
+    assert summary["sla_usd"] > 0  # the seed has violations to reprice
+    assert shaped_summary == summary  # the episode and its reported cost are the scenario's
+    assert shaped == pytest.approx(plain + (weight - 1.0) * summary["sla_usd"], rel=1e-9)
+
+
 def test_bad_presets_actions_and_configs_are_errors_that_name_them() -> None:
     with pytest.raises(ValueError, match=r"presets\[1\]\.bogus"):
         make_scenario_controller({"presets": [{}, {"bogus": 1.0}]})
@@ -79,6 +90,9 @@ def test_bad_presets_actions_and_configs_are_errors_that_name_them() -> None:
         make_scenario_controller({"extra": 1})
     with pytest.raises(ValueError, match="needs config"):
         GatedScenarioEnv({"scenario": "tiny"})
+    for bad in (-1.0, 101.0, float("nan")):
+        with pytest.raises(ValueError, match="sla_weight"):
+            _gated(sla_weight=bad)
     env = _gated()
     env.reset(seed=0)
     for bad in (6, -1, 1.5, [0, 1]):

@@ -102,6 +102,7 @@ def test_table_marks_the_claimed_run():
     (["headline", "--scenario", "tiny", "--dagger-rounds", "9", "--dagger-seeds", "5"],
      "only 50 exist"),
     (["headline", "--scenario", "tiny", "--distill-val-seeds", "0"], "distill-val-seeds"),
+    (["headline", "--scenario", "tiny", "--safe-sla-weight", "0.5"], "safe-sla-weight"),
     (["headline", "--scenario", "tiny", "--params-from", "/no/such.json"], "/no/such.json"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--n-servers", "0"], "--n-servers 0"),
     (["evaluate", "--scenario", "tiny", "--n-servers", "5000"], "--n-servers 5000"),
@@ -235,7 +236,7 @@ def test_an_rllib_run_is_reused_only_with_the_same_config_and_gets_a_manifest(tm
     (out / "rllib_checkpoint.json").write_text("{}")
     assert _rllib_trained(out, tc)
     for change in ({"env_steps": 960}, {"run_seed": 2},
-                   {"scenario_heuristic": {"quantile": 0.5}}):
+                   {"scenario_heuristic": {"quantile": 0.5}}, {"scenario_sla_weight": 3.0}):
         assert not _rllib_trained(out, tc.model_copy(update=change)), change
     write_rllib_manifest(out, tc, load_scenario("tiny"), 12.5)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -244,3 +245,8 @@ def test_an_rllib_run_is_reused_only_with_the_same_config_and_gets_a_manifest(tm
         "--out gated_dqn/run1 --heuristic-params")
     assert manifest["wall_s"] == 12.5 and manifest["env_config"]["interface"] == "gated"
     assert "commit" in manifest and "dirty" in manifest and manifest["machine"]["cpus"] >= 1
+    safe = tc.model_copy(update={"scenario_sla_weight": 3.0})
+    write_rllib_manifest(out, safe, load_scenario("tiny"), 1.0)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["command"].endswith(" --sla-weight 3")
+    assert manifest["env_config"]["sla_weight"] == 3.0

@@ -89,6 +89,11 @@ def test_algorithms_without_a_scenario_module_and_bad_heuristic_params_are_error
     err = _one_line_error(capsys, ["train", "--scenario", "tiny", "--heuristic-params",
                                    '{"quantile": 0.5, "bogus": 1}'])
     assert "bogus" in err
+    err = _one_line_error(capsys, ["train", "--workload", "poisson", "--sla-weight", "3"])
+    assert "--sla-weight goes with --scenario" in err
+    err = _one_line_error(capsys, ["train", "--scenario", "tiny", "--algo", "gated_dqn",
+                                   "--sla-weight", "500"])
+    assert "sla_weight" in err and "500" in err
 
 
 def test_timesteps_is_the_env_step_budget() -> None:
@@ -138,6 +143,13 @@ def test_train_config_on_a_scenario() -> None:
         TrainConfig(algo="gated_dqn", scenario="tiny", scenario_heuristic={"bogus": 1})
     with pytest.raises(ValueError, match="goes with scenario"):
         TrainConfig(algo="gated_dqn", scenario_heuristic={"quantile": 0.4})
+    assert "sla_weight" not in env  # at 1 the env config is what earlier runs wrote
+    safe = gated.model_copy(update={"scenario_sla_weight": 3.0}).train_env_config()
+    assert safe == {**env, "sla_weight": 3.0}
+    with pytest.raises(ValueError, match="scenario_sla_weight"):
+        TrainConfig(algo="gated_dqn", scenario="tiny", scenario_sla_weight=101)
+    with pytest.raises(ValueError, match="goes with scenario"):
+        TrainConfig(algo="dqn", scenario_sla_weight=2.0)
 
 
 def test_heuristic_params_take_the_forms_the_scenario_commands_write(tmp_path: Path) -> None:

@@ -276,7 +276,8 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
                                          "publish", "headline_json", "workers",
                                          "tracking_uri", "rl_env_steps", "expert_seeds",
                                          "dagger_rounds", "dagger_seeds",
-                                         "distill_val_seeds", "es_iterations", "es_pairs")
+                                         "distill_val_seeds", "es_iterations", "es_pairs",
+                                         "safe_sla_weight")
           if getattr(args, k) is not None}
     if args.run_seeds is not None:
         kw["run_seeds"] = tuple(args.run_seeds)
@@ -324,8 +325,11 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
                         "distill_fine_ready, each also with _es (then fine-tuned on the true "
-                        "cost), bdq, dqn, ppo, gated_dqn (default distill)")
+                        "cost), bdq, dqn, ppo, gated_dqn, gated_dqn_safe (default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
+    g.add_argument("--safe-sla-weight", type=float, metavar="W",
+                   help="gated_dqn_safe: the SLA penalties times W in its training reward "
+                        "(1..100; default 3)")
     g.add_argument("--expert-seeds", type=int,
                    help="train seeds the MPC plays for the distill families (default 20)")
     g.add_argument("--dagger-rounds", type=int, help="DAgger rounds per distill run (default 2)")

@@ -68,6 +68,7 @@ class ScenarioHeadlineConfig:
     run_seeds: tuple[int, ...] = (0, 1, 2)
     expert_seeds: int = 20
     rl_env_steps: int = 80_640  # per RLlib run (BDQ at this budget: ~10 min on 2 cores)
+    safe_sla_weight: float = 3.0  # ``*_safe`` RLlib families: SLA penalties x this in training
     dagger_rounds: int = 2
     dagger_seeds: int = 4
     distill_val_seeds: int = 4  # validation seeds that pick a distillation run's DAgger round
@@ -90,6 +91,9 @@ class ScenarioHeadlineConfig:
                                  f"got {getattr(self, name)}")
         if not 1 <= self.n_test_seeds <= 50:
             raise ValueError(f"headline: n-test-seeds must be 1..50, got {self.n_test_seeds}")
+        if not 1.0 <= self.safe_sla_weight <= 100.0:
+            raise ValueError(f"headline: safe-sla-weight must be in [1, 100], "
+                             f"got {self.safe_sla_weight}")
         if self.dagger_rounds < 0 or self.dagger_seeds < 0:
             raise ValueError("headline: dagger-rounds and dagger-seeds must be >= 0")
         used = self.expert_seeds + self.dagger_rounds * self.dagger_seeds
@@ -224,10 +228,14 @@ def _train_es(base: str) -> Trainer:
     return train_one
 
 
-def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None) -> Trainer:
+def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None,
+                 safe: bool = False) -> Trainer:
     """An RLlib family (``cloudrl train --scenario NAME --algo ALGO``) as a trainer; the
     gated DQN picks presets of the signal-aware rule at ``heuristic_params`` (the tuned
-    point)."""
+    point). ``safe``: trained with the SLA penalties times ``cfg.safe_sla_weight`` in its
+    reward (``--sla-weight``), so that a cheaper policy does not buy its saving with
+    violations."""
+    family = f"{algo}_safe" if safe else algo
 
     def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
                   run_seed: int, out: Path) -> ControllerSpec:
@@ -236,18 +244,19 @@ def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None) -> T
 
         tc = TrainConfig(algo=algo, scenario=scn.name, run_seed=run_seed,
                          env_steps=cfg.rl_env_steps, checkpoint_dir=str(out.resolve()),
-                         scenario_heuristic=dict(heuristic_params or {}))
+                         scenario_heuristic=dict(heuristic_params or {}),
+                         scenario_sla_weight=cfg.safe_sla_weight if safe else 1.0)
         if _rllib_trained(out, tc):
             print(f"reusing {out}: trained earlier with the same scenario and config",
                   flush=True)
             return ControllerSpec("rllib", {"checkpoint": str(out.resolve())},
-                                  f"{algo}-run{run_seed}")
+                                  f"{family}-run{run_seed}")
         init_ray()
         path, history = train(tc)
         write_rllib_manifest(path, tc, scn, history[-1]["wall_s"])
-        print(f"{algo} run {run_seed}: {history[-1]['env_steps']:.0f} env steps "
+        print(f"{family} run {run_seed}: {history[-1]['env_steps']:.0f} env steps "
               f"({history[-1]['wall_s']:.0f} s), {path}", flush=True)
-        return ControllerSpec("rllib", {"checkpoint": str(path)}, f"{algo}-run{run_seed}")
+        return ControllerSpec("rllib", {"checkpoint": str(path)}, f"{family}-run{run_seed}")
 
     return train_one
 
@@ -261,6 +270,8 @@ def rllib_command(tc: Any) -> str:
            f"--timesteps {tc.env_steps} --out {out}")
     if tc.scenario_heuristic:
         cmd += f" --heuristic-params '{json.dumps(tc.scenario_heuristic)}'"
+    if tc.scenario_sla_weight != 1.0:
+        cmd += f" --sla-weight {tc.scenario_sla_weight:g}"
     return cmd
 
 
@@ -295,13 +306,15 @@ def _rllib_trained(out: Path, tc: Any) -> bool:
 def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one, the gated DQN over
-    the signal-aware rule at ``heuristic_params``)."""
+    the signal-aware rule at ``heuristic_params``, and the same trained with dearer SLA
+    penalties, ``gated_dqn_safe``)."""
     distilled = {"distill": _train_distill, "distill_default": _train_distill_default,
                  "distill_fine": _train_distill_fine,
                  "distill_fine_ready": _train_distill_fine_ready}
     return {**distilled, **{f"{name}_es": _train_es(name) for name in distilled},
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo"),
-            "gated_dqn": _train_rllib("gated_dqn", heuristic_params)}
+            "gated_dqn": _train_rllib("gated_dqn", heuristic_params),
+            "gated_dqn_safe": _train_rllib("gated_dqn", heuristic_params, safe=True)}
 
 
 # --- the pipeline ---------------------------------------------------------------------------

@@ -16,7 +16,9 @@ them (the power-aware executor places jobs and moves power states every tick).
   now ranks in the next 24 h), the forecast load, the fleet by power state, the held
   batch work and how much of it is due within 1/4/12 h.
 * Reward: minus the period's cost in dollars (energy + carbon + SLA penalties), times
-  ``reward_scale``; ``info`` holds every term.
+  ``reward_scale``; ``info`` holds every term. ``sla_weight`` (default 1) multiplies the
+  SLA penalties in the reward only, a training-time shaping that makes violations dearer
+  to the learner; ``info`` and the episode summary keep the scenario's own cost.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class ScenarioEnv(gym.Env):
             scn = ScenarioConfig.model_validate(scn)
         self.reward_scale = float(cfg.pop("reward_scale", 1.0))
         self._seed_offset = int(cfg.pop("seed_offset", 0))
+        self.sla_weight = float(cfg.pop("sla_weight", 1.0))
+        if not 0.0 <= self.sla_weight <= 100.0:
+            raise ValueError(f"ScenarioEnv: sla_weight {self.sla_weight} outside [0, 100]")
         if cfg:
             raise ValueError(f"ScenarioEnv: unknown config key(s) {sorted(cfg)}")
         self.scenario = scn
@@ -147,7 +152,8 @@ class ScenarioEnv(gym.Env):
         info = {**totals, "violations_lc": viol[0], "violations_batch": viol[1]}
         if done:
             info["episode"] = self.sim.stats.summary()
-        return obs, -totals["cost_usd"] * self.reward_scale, done, False, info
+        shaped = totals["cost_usd"] + (self.sla_weight - 1.0) * totals["sla_usd"]
+        return obs, -shaped * self.reward_scale, done, False, info
 
 
 class ScenarioFlatEnv(ScenarioEnv):
