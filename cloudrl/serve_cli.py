@@ -24,10 +24,13 @@ def service_config(args: argparse.Namespace) -> Any:
     for key in ("canary", "canary_weight", "interface", "state_db"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    if args.n_servers is not None or args.workload is not None:
-        overrides["env"] = {k: v for k, v in (("n_servers", args.n_servers),
+    # with --scenario, --n-servers is the scenario's fleet; else the cluster policy's
+    n_env = None if args.scenario else args.n_servers
+    if n_env is not None or args.workload is not None:
+        overrides["env"] = {k: v for k, v in (("n_servers", n_env),
                                               ("workload", args.workload)) if v is not None}
-    scenario = {k: v for k, v in (("name", args.scenario), ("policy", scenario_policy))
+    scenario = {k: v for k, v in (("name", args.scenario), ("policy", scenario_policy),
+                                  ("n_servers", args.n_servers if args.scenario else None))
                 if v is not None}
     if scenario:
         overrides["scenario"] = scenario
@@ -175,7 +178,8 @@ def register(sub: Any) -> None:
     sv.add_argument("--canary-weight", type=float, help="canary traffic share (default 0.1)")
     sv.add_argument("--interface", choices=("flat", "branching"),
                     help="interface of a heuristic policy (default branching)")
-    sv.add_argument("--n-servers", type=int, help="fleet size of a heuristic policy")
+    sv.add_argument("--n-servers", type=int, help="fleet size of a heuristic policy; with "
+                    "--scenario, the scenario's fleet (its load scales with it)")
     sv.add_argument("--workload", help="workload of a heuristic policy's env")
     sv.add_argument("--scenario", help="also serve this scenario on /v1/scenario/decide "
                                        "(cloudrl scenarios list)")

@@ -35,6 +35,10 @@ class ScenarioServing(BaseModel):
     policy: str = Field(default="signal_aware", description="signal_aware, mpc, "
                         "learned:PATH or python:MODULE:FACTORY")
     params: dict[str, Any] = Field(default_factory=dict, description="the controller's knobs")
+    n_servers: int | None = Field(default=None, ge=1, le=4096, description="another fleet "
+                                  "size for the scenario (its load scales with it, as "
+                                  "'cloudrl scenarios evaluate --n-servers' does); default "
+                                  "the scenario's own")
     decide_timeout_s: float = Field(default=2.0, gt=0.0, le=600.0, description="a controller "
                                     "slower than this is answered by the fallback")
     max_release_util: float = Field(default=2.0, gt=0.0, le=10.0, description="release_util "

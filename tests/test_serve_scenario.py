@@ -120,6 +120,39 @@ def test_a_failing_fallback_answers_the_safe_constant():
     assert (out.release_util, out.ready_cores) == (0.0, service.sim.fleet_cores)
 
 
+def test_a_larger_fleet_is_served_as_the_rule_decides_on_it():
+    """``scenario.n_servers`` (``cloudrl serve --scenario NAME --n-servers N``) serves the
+    scenario on another fleet: its info, its example and its answers are that fleet's."""
+    from cloudrl.cli import build_parser
+    from cloudrl.serve_cli import service_config
+
+    base = load_scenario(SCENARIO).fleet.n_servers
+    big = load_scenario(SCENARIO, {"fleet": {"n_servers": 4 * base}})
+    service = ScenarioService(ScenarioServing(name=SCENARIO, policy="signal_aware",
+                                              n_servers=4 * base))
+    sim = ScenarioSim(big)
+    sim.reset(2)
+    assert service.sim.fleet_cores == sim.fleet_cores > ScenarioSim(load_scenario(SCENARIO)
+                                                                    ).fleet_cores
+    assert service.info()["fleet_cores"] == sim.fleet_cores
+    rule = SignalAwareDeferral()
+    rule.reset(sim)
+    for _ in range(3 * big.decision_ticks):
+        if sim.t % big.decision_ticks == 0:
+            out = asyncio.run(service.decide(ScenarioState.model_validate(state_of(sim))))
+            want = rule.decide_view(plan_view(sim))
+            assert not out.fallback and (out.release_util, out.ready_cores) == \
+                pytest.approx(want, rel=1e-9, abs=1e-12)
+            sim.set_controls(*want)
+        sim.tick()
+    parser = build_parser()
+    cfg = service_config(parser.parse_args(["serve", "--scenario", SCENARIO,
+                                            "--n-servers", str(4 * base)]))
+    assert cfg.scenario.n_servers == 4 * base and cfg.env.sim.fleet.n_servers != 4 * base
+    with pytest.raises(ValueError, match="n_servers"):
+        ScenarioServing(name=SCENARIO, n_servers=5000)
+
+
 _SHIELDED: list[ScenarioService] = []
 _BODY = state_of(_sim_at(3, 47))  # with held batch jobs in its pool
 
