@@ -111,6 +111,14 @@ def test_table_marks_the_claimed_run():
     (["scenarios", "evaluate", "--scenario", "tiny", "--checkpoint", "/no/such"], "/no/such"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--sla-budget", "0.001", "-1"],
      "--sla-budget"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--params", "nope"], "--params nope"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--params", "[1]"], "JSON object"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--params", '{"signal-aware": {}}'],
+     "unknown policy 'signal-aware'"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--params", '{"mpc": 3}'],
+     "mpc's parameters"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--params",
+      '{"signal_aware": {"bogus": 1}}'], "bogus"),
 ])
 def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsys, tmp_path):
     extra = ["--out-dir", str(tmp_path), "--no-log"] if argv[0] == "headline" else []
@@ -172,6 +180,15 @@ def test_published_references_feed_the_evaluate_command(tmp_path, capsys):
         "signal_aware": {"quantile": 0.3}, "mpc": {"max_util": 0.7}}
     assert "references.json" in capsys.readouterr().out
     assert ALIASES["power_aware"] == "signal_aware"
+    # --params takes the same file (its "source" skipped) or the object inline
+    from cloudrl.scenarios.cli import policy_params
+
+    path = str(tmp_path / "references.json")
+    assert policy_params(path) == policy_params(json.dumps({k: ref[k] for k in ref
+                                                            if k != "source"}))
+    assert policy_params(path)["mpc"] == {"max_util": 0.7}
+    with pytest.raises(ValueError, match="unknown policy 'source'"):
+        policy_params(json.dumps(ref))  # inline, every key must be a policy
 
 
 @pytest.mark.parametrize("content, needle", [

@@ -61,6 +61,39 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
     return 0
 
 
+def policy_params(text: str) -> dict[str, dict]:
+    """``--params``: a JSON object (policy name -> its parameters) or a file holding one,
+    e.g. a published checkpoint's ``references.json`` (whose other keys, such as
+    ``source``, are skipped). A ValueError names what is wrong."""
+    from cloudrl.scenarios.runner import KINDS
+
+    path = Path(text)
+    source = f"--params {text}"
+    from_file = not text.lstrip().startswith(("{", "["))
+    if from_file:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ValueError(f"{source}: neither a JSON object nor a readable file "
+                             f"({e.strerror})") from None
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}: neither a JSON object nor a file holding one "
+                         f"({e.msg}, line {e.lineno})") from None
+    if not isinstance(params, dict):
+        raise ValueError(f"{source}: expected a JSON object (policy name -> its parameters)")
+    if from_file:
+        params = {k: v for k, v in params.items() if k in KINDS}
+    for name, value in params.items():
+        if name not in KINDS:
+            raise ValueError(f"--params: unknown policy {name!r}; valid: {', '.join(KINDS)}")
+        if not isinstance(value, dict):
+            raise ValueError(f"--params: {name}'s parameters must be a JSON object, got "
+                             f"{json.dumps(value)[:40]}")
+    return params
+
+
 def evaluate_scenario(args: argparse.Namespace) -> int:
     """The table of ``cloudrl scenarios evaluate`` (also ``cloudrl evaluate --scenario``)."""
     import numpy as np
@@ -73,7 +106,10 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
         return _fail(f"--n-servers {n_servers}: expected 1..4096 servers")
     # another fleet size keeps the scenario's utilization (the load scales with the fleet)
     cfg = load_scenario(args.scenario, {"fleet": {"n_servers": n_servers}} if n_servers else None)
-    params = json.loads(args.params) if args.params else None
+    try:
+        params = policy_params(args.params) if args.params else None
+    except ValueError as e:
+        return _fail(str(e))
     if params is None:  # a published checkpoint carries the parameters it was measured against
         params = _reference_params(args.checkpoint or [])
     params = params or {}
@@ -86,6 +122,11 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
                 if k in CHECKPOINT_KINDS else ""
             raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(policies)}{hint}")
     specs = [ControllerSpec(k, params.get(k, {})) for k in kinds]
+    for spec in specs:  # bad parameters fail here, in one line, before any episode
+        try:
+            spec.build()
+        except (ValueError, TypeError) as e:
+            return _fail(f"--params {spec.kind}: {e}")
     for n, path in enumerate(args.checkpoint or []):
         try:
             kind = checkpoint_kind(path)
@@ -380,7 +421,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--policy", action="append",
                     help="signal_aware | mpc | oracle | run_at_once | mpc_rounded (repeatable; "
                          "default: the first four)")
-    ev.add_argument("--params", help="JSON object: policy name -> its parameters")
+    ev.add_argument("--params", help="policy name -> its parameters: a JSON object, or a "
+                    "file holding one (e.g. a checkpoint's references.json)")
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))
     ev.add_argument("--n-seeds", type=int, default=10)
     ev.add_argument("--workers", type=int, default=None)
