@@ -15,12 +15,16 @@ as p50 and p99, beside the client's round trip p50. Same-run references: the ``e
 row (ratios ``x echo`` of server p50 and round trip p50) and ``GET /healthz`` (a route
 that does nothing), timed the same way on each deployment just before its requests.
 ``in-process`` times the controller's ``decide_view`` on the same states without HTTP
-(the simulator's own ``ObservedView``). Ratios only: nothing here asserts a time.
+(the simulator's own ``ObservedView``). ``--n-servers N`` serves and plays the scenario
+on a fleet of N servers (its load scales with it). Ratios only: nothing here asserts a
+time.
 
 How to run (two to three minutes on 2 cores):
     python experiments/benchmarks/bench_serve_scenario.py               # scarcity_spikes, N=200
     python experiments/benchmarks/bench_serve_scenario.py --scenario carbon_shift \
         --policies echo,signal_aware,mpc
+    python experiments/benchmarks/bench_serve_scenario.py --scenario demand_response \
+        --n-servers 1000 --n 100
 
 Results: docs/tasks/serving.md, "Serving a scenario".
 """
@@ -47,16 +51,22 @@ def _port(lo: int = 18400, hi: int = 18500) -> int:
     raise RuntimeError(f"no free port in {lo}-{hi - 1}")
 
 
-def episode_states(scenario: str, n: int, seed: int) -> tuple[list[dict], list]:
+def _scenario(name: str, n_servers: int | None):
+    from envs.scenario.catalog import load_scenario
+
+    return load_scenario(name, {"fleet": {"n_servers": n_servers}} if n_servers else None)
+
+
+def episode_states(scenario: str, n: int, seed: int, n_servers: int | None = None
+                   ) -> tuple[list[dict], list]:
     """Up to ``n`` request bodies (and their ObservedViews): the scenario at each decision
     tick."""
     from cloudrl.algorithms.distill.policy import observed_view
     from cloudrl.heuristics.signal_aware import SignalAwareDeferral
-    from envs.scenario.catalog import load_scenario
     from envs.scenario.sim import ScenarioSim
     from serve_apps.scenario_state import state_of
 
-    sim = ScenarioSim(load_scenario(scenario))
+    sim = ScenarioSim(_scenario(scenario, n_servers))
     sim.reset(seed)
     rule = SignalAwareDeferral()
     rule.reset(sim)
@@ -88,17 +98,17 @@ def _label(policy: str) -> str:
 
 
 def bench_policy(policy: str, scenario: str, bodies: list[dict], views: list, port: int,
-                 db: str) -> dict:
+                 db: str, n_servers: int | None = None) -> dict:
     from ray import serve
 
-    from envs.scenario.catalog import load_scenario
     from envs.scenario.sim import ScenarioSim
     from serve_apps.app import build_app
     from serve_apps.scenario_service import load_controller
 
     serve.run(build_app({"state_db": db, "num_cpus": 0.0, "env": {"n_servers": 8},
                          "max_body_bytes": 4_000_000,
-                         "scenario": {"name": scenario, "policy": policy}}),
+                         "scenario": {"name": scenario, "policy": policy,
+                                      "n_servers": n_servers}}),
               name="cloudrl", route_prefix="/")
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for body in bodies[:5]:  # warm-up: imports, first solve, first forward
@@ -114,7 +124,7 @@ def bench_policy(policy: str, scenario: str, bodies: list[dict], views: list, po
         fallbacks += int(out["fallback"])
     conn.close()
     ctrl = load_controller(policy, {}, scenario)
-    ctrl.reset(ScenarioSim(load_scenario(scenario)))
+    ctrl.reset(ScenarioSim(_scenario(scenario, n_servers)))
     local = []
     for v in views:
         t0 = time.perf_counter()
@@ -150,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenario", default="scarcity_spikes")
     ap.add_argument("--n", type=int, default=200, help="requests per controller")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-servers", type=int, default=None,
+                    help="another fleet size (default: the scenario's own)")
     ap.add_argument("--policies", default=None, help="comma-separated (default: echo, "
                     "signal_aware, mpc, learned:checkpoints/SCENARIO when it exists)")
     ap.add_argument("--db", default="/tmp/bench_serve_scenario.db")
@@ -169,19 +181,22 @@ def main(argv: list[str] | None = None) -> None:
         if ckpt.is_dir():
             policies.append(f"learned:{ckpt}")
     os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
-    bodies, views = episode_states(args.scenario, args.n, args.seed)
+    bodies, views = episode_states(args.scenario, args.n, args.seed, args.n_servers)
     machine = _machine()
     ray.init(address="local", num_cpus=1, include_dashboard=False)  # our own instance
     port = _port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        rows = [bench_policy(p, args.scenario, bodies, views, port, args.db) for p in policies]
+        rows = [bench_policy(p, args.scenario, bodies, views, port, args.db, args.n_servers)
+                for p in policies]
     finally:
         serve.shutdown()
         ray.shutdown()
     ref = next((r for r in rows if r["policy"] == "echo"), rows[0])
     size = len(json.dumps(bodies[0]))
-    print(f"\nscenario {args.scenario}: {len(bodies)} states of one episode (seed {args.seed}), "
+    fleet = f", N={args.n_servers}" if args.n_servers else ""
+    print(f"\nscenario {args.scenario}{fleet}: {len(bodies)} states of one episode "
+          f"(seed {args.seed}), "
           f"request body ~{size / 1024:.0f} KiB, one at a time, keep-alive; {machine}")
     head = (f"{'controller':<13}{'n':>4}{'server p50':>11}{'p99':>8}{'ctrl p50':>10}"
             f"{'p99':>8}{'trip p50':>10}{'/healthz':>10}{'in-proc':>9}"
