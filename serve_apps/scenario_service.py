@@ -154,8 +154,7 @@ class ScenarioService:
 
     def __init__(self, cfg: ScenarioServing) -> None:
         self.cfg = cfg
-        self.scenario = load_scenario(cfg.name, {"fleet": {"n_servers": cfg.n_servers}}
-                                      if cfg.n_servers else None)
+        self.scenario = load_scenario(cfg.name, n_servers=cfg.n_servers)
         self.sim = ScenarioSim(self.scenario)
         self.controller = load_controller(cfg.policy, cfg.params, cfg.name)
         self.observed = bool(getattr(self.controller, "needs_observed_view", False))

@@ -127,7 +127,8 @@ def test_a_larger_fleet_is_served_as_the_rule_decides_on_it():
     from cloudrl.serve_cli import service_config
 
     base = load_scenario(SCENARIO).fleet.n_servers
-    big = load_scenario(SCENARIO, {"fleet": {"n_servers": 4 * base}})
+    big = load_scenario(SCENARIO, n_servers=4 * base)
+    assert big == load_scenario(SCENARIO, {"fleet": {"n_servers": 4 * base}})
     service = ScenarioService(ScenarioServing(name=SCENARIO, policy="signal_aware",
                                               n_servers=4 * base))
     sim = ScenarioSim(big)

@@ -105,7 +105,7 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     if n_servers is not None and not 1 <= n_servers <= 4096:
         return _fail(f"--n-servers {n_servers}: expected 1..4096 servers")
     # another fleet size keeps the scenario's utilization (the load scales with the fleet)
-    cfg = load_scenario(args.scenario, {"fleet": {"n_servers": n_servers}} if n_servers else None)
+    cfg = load_scenario(args.scenario, n_servers=n_servers)
     try:
         params = policy_params(args.params) if args.params else None
     except ValueError as e:
@@ -255,8 +255,7 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 
     if args.n_servers is not None and not 1 <= args.n_servers <= 4096:
         return _fail(f"--n-servers {args.n_servers}: expected 1..4096 servers")
-    cfg = load_scenario(args.scenario, {"fleet": {"n_servers": args.n_servers}}
-                        if args.n_servers else None)
+    cfg = load_scenario(args.scenario, n_servers=args.n_servers)
     try:
         mpc_params = json.loads(args.mpc_params) if args.mpc_params else {}
         MPCConfig(**mpc_params)

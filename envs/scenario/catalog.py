@@ -35,8 +35,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_scenario(name: str, overrides: dict[str, Any] | None = None) -> ScenarioConfig:
-    """The named scenario, with ``overrides`` merged into its YAML (nested dicts merge)."""
+def load_scenario(name: str, overrides: dict[str, Any] | None = None,
+                  n_servers: int | None = None) -> ScenarioConfig:
+    """The named scenario, with ``overrides`` merged into its YAML (nested dicts merge);
+    ``n_servers`` is another fleet size (the load scales with it, utilization stays)."""
+    if n_servers:
+        overrides = _merge(dict(overrides or {}), {"fleet": {"n_servers": n_servers}})
     path = CATALOG / f"{name}.yaml"
     if not path.is_file():
         raise UnknownScenarioError(

@@ -51,22 +51,17 @@ def _port(lo: int = 18400, hi: int = 18500) -> int:
     raise RuntimeError(f"no free port in {lo}-{hi - 1}")
 
 
-def _scenario(name: str, n_servers: int | None):
-    from envs.scenario.catalog import load_scenario
-
-    return load_scenario(name, {"fleet": {"n_servers": n_servers}} if n_servers else None)
-
-
 def episode_states(scenario: str, n: int, seed: int, n_servers: int | None = None
                    ) -> tuple[list[dict], list]:
     """Up to ``n`` request bodies (and their ObservedViews): the scenario at each decision
     tick."""
     from cloudrl.algorithms.distill.policy import observed_view
     from cloudrl.heuristics.signal_aware import SignalAwareDeferral
+    from envs.scenario.catalog import load_scenario
     from envs.scenario.sim import ScenarioSim
     from serve_apps.scenario_state import state_of
 
-    sim = ScenarioSim(_scenario(scenario, n_servers))
+    sim = ScenarioSim(load_scenario(scenario, n_servers=n_servers))
     sim.reset(seed)
     rule = SignalAwareDeferral()
     rule.reset(sim)
@@ -101,6 +96,7 @@ def bench_policy(policy: str, scenario: str, bodies: list[dict], views: list, po
                  db: str, n_servers: int | None = None) -> dict:
     from ray import serve
 
+    from envs.scenario.catalog import load_scenario
     from envs.scenario.sim import ScenarioSim
     from serve_apps.app import build_app
     from serve_apps.scenario_service import load_controller
@@ -124,7 +120,7 @@ def bench_policy(policy: str, scenario: str, bodies: list[dict], views: list, po
         fallbacks += int(out["fallback"])
     conn.close()
     ctrl = load_controller(policy, {}, scenario)
-    ctrl.reset(ScenarioSim(_scenario(scenario, n_servers)))
+    ctrl.reset(ScenarioSim(load_scenario(scenario, n_servers=n_servers)))
     local = []
     for v in views:
         t0 = time.perf_counter()
