@@ -267,3 +267,18 @@ def test_an_rllib_run_is_reused_only_with_the_same_config_and_gets_a_manifest(tm
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["command"].endswith(" --sla-weight 3")
     assert manifest["env_config"]["sla_weight"] == 3.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(1, 100), st.booleans()), min_size=1,
+                max_size=8))
+def test_the_margin_pick_is_the_cheapest_candidate_that_keeps_sla(cands):
+    from cloudrl.scenarios.gate_margin import RULE, pick
+
+    rows = [{"margin": RULE, "cost_usd": 50.0, "keeps_sla": True}]
+    rows += [{"margin": m, "cost_usd": c, "keeps_sla": k} for m, c, k in cands]
+    best = pick(rows)
+    assert best["keeps_sla"]
+    assert best["cost_usd"] == min(r["cost_usd"] for r in rows if r["keeps_sla"]) <= 50.0
+    if all(not k or c > 50.0 for _, c, k in cands):
+        assert best["margin"] == RULE  # nothing cheaper keeps SLA: the rule itself

@@ -323,3 +323,77 @@ def test_the_service_serves_a_gated_checkpoint_as_the_simulator_decides(
         sim.n_ticks // sim.cfg.decision_ticks
     with pytest.raises(ScenarioPolicyError, match="trained on scenario 'tiny'"):
         load_controller(f"learned:{path}", {}, "scarcity_spikes")
+
+
+def test_a_gated_policy_with_a_margin_leaves_the_rule_only_for_a_clear_gain(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]], tmp_path: Path) -> None:
+    """The margin: at 0 the plain argmax; beyond every Q-gap the rule itself, episode for
+    episode; a checkpoint's own ``gate_margin`` is read unless one is given."""
+    import shutil
+
+    from cloudrl.checkpoint_policy import read_meta
+    from cloudrl.scenarios.rl_policy import RLlibController, check_margin, load_rl_controller
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+    from envs.scenario.catalog import load_scenario
+
+    ctrl = load_rl_controller(trained["gated_dqn"][0], margin=0.05)
+    q = np.array([0.0, 0.1, 0.05])
+    assert ctrl.choice(q) == 1 and ctrl.choice(q - [0.0, 0.06, 0.0]) == 0
+    ctrl.margin = 0.0
+    assert ctrl.choice(q - [0.0, 0.06, 0.0]) == 2  # the plain argmax
+    for bad in (-0.1, float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(ValueError, match="margin"):
+            check_margin(bad, "gated")
+    with pytest.raises(ValueError, match="only a gated policy"):
+        check_margin(0.1, "flat")
+    with pytest.raises(ValueError, match="only a gated policy"):
+        load_rl_controller(trained["dqn"][0], margin=0.1)
+
+    path = trained["gated_dqn"][0]
+    rule = read_meta(path)["env_config"]["controller_config"]["heuristic"]
+    cfg = load_scenario("tiny")
+    plain, stay, heur = run_controllers(cfg, [
+        ControllerSpec("rllib", {"checkpoint": str(path)}, "plain"),
+        ControllerSpec("rllib", {"checkpoint": str(path), "margin": 1e9}, "stay"),
+        ControllerSpec("signal_aware", rule, "rule")], SEEDS, workers=1)
+    assert [m["cost_usd"] for m in stay] == [m["cost_usd"] for m in heur]
+    # the checkpoint's own margin
+    copy = tmp_path / "with_margin"
+    shutil.copytree(path, copy)
+    meta = json.loads((copy / "cloudrl.json").read_text())
+    (copy / "cloudrl.json").write_text(json.dumps({**meta, "gate_margin": 1e9}))
+    assert load_rl_controller(copy).margin == 1e9
+    assert load_rl_controller(copy, margin=0.0).margin == 0.0
+    assert isinstance(ctrl, RLlibController) and len(plain) == len(SEEDS)
+
+
+def test_the_margin_is_chosen_on_validation_seeds_and_travels_with_the_checkpoint(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]], tmp_path: Path) -> None:
+    from cloudrl.checkpoint_policy import read_meta
+    from cloudrl.scenarios.gate_margin import (
+        RULE,
+        choose_margin,
+        chosen_earlier,
+        format_choice,
+        write_with_margin,
+    )
+    from cloudrl.scenarios.rl_policy import load_rl_controller
+    from envs.scenario.catalog import load_scenario
+
+    path = trained["gated_dqn"][0]
+    rule = read_meta(path)["env_config"]["controller_config"]["heuristic"]
+    choice = choose_margin(load_scenario("tiny"), path, rule, SEEDS, margins=(0.0, 1e3),
+                           workers=1)
+    by = {r["margin"]: r for r in choice.rows}
+    assert set(by) == {RULE, 0.0, 1e3} and choice.seeds == SEEDS
+    assert by[1e3]["cost_usd"] == by[RULE]["cost_usd"] and by[1e3]["keeps_sla"]
+    keeping = [r for r in choice.rows if r["keeps_sla"]]
+    assert by[choice.margin]["cost_usd"] == min(r["cost_usd"] for r in keeping)
+    assert "validation seeds" in format_choice(choice)
+    out = write_with_margin(path, tmp_path / "run0", choice)
+    assert load_rl_controller(out).margin == choice.margin
+    assert read_meta(path).get("gate_margin") is None  # the source is left as it was
+    assert chosen_earlier(out, choice.key) == choice
+    assert chosen_earlier(out, "another key") is None
+    with pytest.raises(ValueError, match="margins"):
+        choose_margin(load_scenario("tiny"), path, rule, SEEDS, margins=(-1.0,))

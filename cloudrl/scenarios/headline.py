@@ -13,7 +13,9 @@ seeds, the claim on the held-out test seeds):
    ``<family>_es`` for each of these: that family's run, then fine-tuned on the true cost
    by evolution strategies (:mod:`cloudrl.algorithms.es`);
    the RLlib families ``bdq``, ``dqn``, ``ppo`` and ``gated_dqn``, the DQN that picks a
-   preset of the tuned signal-aware rule every decision period) once per run seed;
+   preset of the tuned signal-aware rule every decision period; ``gated_dqn_margin``: its
+   run leaving the rule only for a preset whose Q-value beats the rule's by a margin chosen
+   on validation seeds) once per run seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
    test seeds, paired by seed; report each run, and claim the **median run** (by its test
@@ -261,6 +263,43 @@ def _train_rllib(algo: str, heuristic_params: dict[str, Any] | None = None,
     return train_one
 
 
+def _train_gated_margin(heuristic_params: dict[str, Any] | None = None) -> Trainer:
+    """``gated_dqn``'s run (trained, or reused from ``gated_dqn``'s own directory), then
+    its margin over the rule chosen on the validation seeds
+    (:mod:`cloudrl.scenarios.gate_margin`); the checkpoint is copied with that margin."""
+
+    def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                  run_seed: int, out: Path) -> ControllerSpec:
+        from cloudrl.scenarios.gate_margin import (
+            MARGINS,
+            choose_margin,
+            chosen_earlier,
+            format_choice,
+            selection_key,
+            write_with_margin,
+        )
+
+        rule = dict(heuristic_params or {})
+        base = out.parent.parent / "gated_dqn" / f"run{run_seed}"
+        src = Path(_train_rllib("gated_dqn", rule)(scn, cfg, mpc_params, run_seed,
+                                                   base).params["checkpoint"])
+        seeds = list(validation_seeds(cfg.n_val_seeds))
+        key = selection_key(json.loads((src / "cloudrl.json").read_text()), rule, seeds,
+                            MARGINS)
+        choice = chosen_earlier(out, key)
+        if choice is not None:
+            print(f"reusing {out}: its margin was chosen earlier on the same run and seeds",
+                  flush=True)
+        else:
+            choice = choose_margin(scn, src, rule, seeds, workers=cfg.workers)
+            write_with_margin(src, out, choice)
+        print(f"gated_dqn_margin run {run_seed}: " + format_choice(choice), flush=True)
+        return ControllerSpec("rllib", {"checkpoint": str(out.resolve())},
+                              f"gated_dqn_margin-run{run_seed}")
+
+    return train_one
+
+
 def rllib_command(tc: Any) -> str:
     """The ``cloudrl train`` line that trains ``tc`` (a scenario TrainConfig)."""
     out = Path(tc.checkpoint_dir or ".")
@@ -306,15 +345,17 @@ def _rllib_trained(out: Path, tc: Any) -> bool:
 def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[str, Trainer]:
     """``distill`` (imitation of the tuned MPC) and the RLlib families of ``cloudrl train
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one, the gated DQN over
-    the signal-aware rule at ``heuristic_params``, and the same trained with dearer SLA
-    penalties, ``gated_dqn_safe``)."""
+    the signal-aware rule at ``heuristic_params``, the same trained with dearer SLA
+    penalties, ``gated_dqn_safe``, and the gated DQN with a margin over the rule chosen on
+    validation seeds, ``gated_dqn_margin``)."""
     distilled = {"distill": _train_distill, "distill_default": _train_distill_default,
                  "distill_fine": _train_distill_fine,
                  "distill_fine_ready": _train_distill_fine_ready}
     return {**distilled, **{f"{name}_es": _train_es(name) for name in distilled},
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo"),
             "gated_dqn": _train_rllib("gated_dqn", heuristic_params),
-            "gated_dqn_safe": _train_rllib("gated_dqn", heuristic_params, safe=True)}
+            "gated_dqn_safe": _train_rllib("gated_dqn", heuristic_params, safe=True),
+            "gated_dqn_margin": _train_gated_margin(heuristic_params)}
 
 
 # --- the pipeline ---------------------------------------------------------------------------

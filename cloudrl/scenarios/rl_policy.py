@@ -13,6 +13,15 @@ records the wall time of each decision (view + observation + forward, batch 1,
 in-process), the forward on ``threads`` torch intra-op threads (default 1; the process
 setting is restored after).
 
+A gated policy may play with a **margin** (``margin`` $, default 0): it leaves the rule
+(preset 0) only for a preset whose Q-value beats the rule's by more than the margin. At 0
+it is the plain argmax; the larger the margin, the nearer the policy stays to the rule,
+whose cost and SLA it was trained to improve on (a conservative improvement step: a
+Q-value that is wrong by less than the margin cannot take the policy off the rule). The
+headline picks a run's margin on validation seeds (``gated_dqn_margin``); a checkpoint
+carries its own as ``gate_margin`` in ``cloudrl.json``, which ``load_rl_controller`` reads
+unless it is given.
+
 A checkpoint is the directory ``cloudrl train --scenario`` writes: RLlib's checkpoint of
 the algorithm (the module under ``learner_group/learner/rl_module/default_policy``) and
 ``cloudrl.json`` (algorithm, interface, scenario). :func:`load_rl_controller` reads it;
@@ -77,10 +86,12 @@ class RLlibController:
     clairvoyant = False
 
     def __init__(self, module: Any, interface: str, name: str = "rllib",
-                 threads: int | None = 1, gate: dict[str, Any] | None = None) -> None:
+                 threads: int | None = 1, gate: dict[str, Any] | None = None,
+                 margin: float = 0.0) -> None:
         if interface not in ("flat", "branching", "gated"):
             raise ValueError(f"interface must be 'flat', 'branching' or 'gated', "
                              f"got {interface!r}")
+        self.margin = check_margin(margin, interface)
         self.module = module
         self.interface = interface
         self.name = name
@@ -130,6 +141,12 @@ class RLlibController:
             torch.set_num_threads(before)
         return scores.numpy()
 
+    def choice(self, q: np.ndarray) -> int:
+        """The gated policy's preset for Q-values ``q``: the argmax, unless it beats the
+        rule (preset 0) by no more than the margin."""
+        best = int(np.argmax(q))
+        return best if self.margin <= 0 or q[best] - q[0] > self.margin else 0
+
     def action(self, obs: np.ndarray) -> tuple[int, int]:
         """The greedy (release level, ready margin) indices for one observation vector."""
         scores = self.scores(obs)
@@ -142,7 +159,7 @@ class RLlibController:
     def controls(self, v: Any, obs: np.ndarray) -> tuple[float, float]:
         """The controls of the greedy action on observation ``obs`` of the state ``v``."""
         if self.presets is not None:
-            return self.presets.controls(v, int(np.argmax(self.scores(obs))))
+            return self.presets.controls(v, self.choice(self.scores(obs)))
         i, j = self.action(obs)
         return release_and_ready(v, RELEASE_LEVELS[i], READY_MARGINS[j])
 
@@ -164,17 +181,33 @@ class RLlibController:
         return self.controls(view, view_observation(self._static, view))
 
 
-def load_rl_controller(path: str | Path, name: str = "rllib", scenario: str | None = None
-                       ) -> RLlibController:
+def check_margin(margin: Any, interface: str) -> float:
+    """A gated policy's margin ($, finite, >= 0); a ValueError names a bad one, or a margin
+    on a policy that has no rule to stay with."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) \
+            or not np.isfinite(margin) or margin < 0:
+        raise ValueError(f"margin must be a finite number of $ >= 0, got {margin!r}")
+    if margin > 0 and interface != "gated":
+        raise ValueError(f"margin: only a gated policy has a rule to stay with; this "
+                         f"checkpoint acts on the {interface} interface")
+    return float(margin)
+
+
+def load_rl_controller(path: str | Path, name: str = "rllib", scenario: str | None = None,
+                       margin: float | None = None) -> RLlibController:
     """The greedy controller of a ``cloudrl train --scenario`` checkpoint; with ``scenario``,
-    a checkpoint trained on another scenario is an :class:`RLCheckpointError`."""
+    a checkpoint trained on another scenario is an :class:`RLCheckpointError`. ``margin``:
+    the gated policy's margin (None: the checkpoint's ``gate_margin``, else 0)."""
     meta = read_scenario_meta(path)
     if scenario is not None and meta["scenario"] != scenario:
         raise RLCheckpointError(f"--checkpoint {path}: trained on scenario "
                                 f"{meta['scenario']!r}, not {scenario!r} (serve it with "
                                 f"--scenario {meta['scenario']})")
     module, meta = load_module(path)
-    return RLlibController(module, meta["interface"], name, gate=meta.get("env_config"))
+    if margin is None:
+        margin = meta.get("gate_margin", 0.0)
+    return RLlibController(module, meta["interface"], name, gate=meta.get("env_config"),
+                           margin=margin)
 
 
 def heuristic_params(given: str | None, scenario: str) -> dict[str, Any]:

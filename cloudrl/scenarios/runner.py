@@ -63,10 +63,11 @@ class ControllerSpec:
             from cloudrl.algorithms.distill.policy import load_controller
 
             return load_controller(self.params["checkpoint"], self.name)
-        if self.kind == "rllib":  # params: {"checkpoint": DIR} of `cloudrl train --scenario`
-            from cloudrl.scenarios.rl_policy import load_rl_controller
+        if self.kind == "rllib":  # params: {"checkpoint": DIR[, "margin": $]} of `cloudrl
+            from cloudrl.scenarios.rl_policy import load_rl_controller  # train --scenario`
 
-            return load_rl_controller(self.params["checkpoint"], self.name)
+            return load_rl_controller(self.params["checkpoint"], self.name,
+                                      margin=self.params.get("margin"))
         raise ValueError(f"controller kind {self.kind!r}; valid: {', '.join(KINDS)}")
 
 
