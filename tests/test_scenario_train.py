@@ -397,3 +397,30 @@ def test_the_margin_is_chosen_on_validation_seeds_and_travels_with_the_checkpoin
     assert chosen_earlier(out, "another key") is None
     with pytest.raises(ValueError, match="margins"):
         choose_margin(load_scenario("tiny"), path, rule, SEEDS, margins=(-1.0,))
+
+
+def test_the_headline_family_reuses_the_gated_run_and_its_margin(
+        ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gated_dqn_margin``: the ``gated_dqn`` run of the same out-dir (trained here, once),
+    its margin picked on validation seeds and carried in its own copy; a second call
+    reuses both."""
+    from cloudrl.checkpoint_policy import read_meta
+    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, available_families, tiny
+    from envs.scenario.catalog import load_scenario
+
+    cfg = tiny(ScenarioHeadlineConfig(out_dir=str(tmp_path), workers=1))
+    train = available_families({"quantile": 0.4})["gated_dqn_margin"]
+    out = tmp_path / "tiny" / "gated_dqn_margin" / "run0"
+    spec = train(load_scenario("tiny"), cfg, {}, 0, out)
+    assert spec.kind == "rllib" and spec.params["checkpoint"] == str(out.resolve())
+    base = read_meta(tmp_path / "tiny" / "gated_dqn" / "run0")
+    meta = read_meta(out)
+    assert base.get("gate_margin") is None and meta["algo"] == base["algo"] == "gated_dqn"
+    assert meta["env_config"]["controller_config"]["heuristic"] == {"quantile": 0.4}
+    sel = meta["margin_selection"]
+    assert meta["gate_margin"] == sel["margin"] in {r["margin"] for r in sel["rows"]}
+    assert len(sel["seeds"]) == cfg.n_val_seeds
+    capsys.readouterr()
+    assert train(load_scenario("tiny"), cfg, {}, 0, out) == spec
+    printed = capsys.readouterr().out
+    assert "reusing" in printed and "margin was chosen earlier" in printed
