@@ -424,3 +424,18 @@ def test_the_headline_family_reuses_the_gated_run_and_its_margin(
     assert train(load_scenario("tiny"), cfg, {}, 0, out) == spec
     printed = capsys.readouterr().out
     assert "reusing" in printed and "margin was chosen earlier" in printed
+
+
+@pytest.mark.parametrize("bad", [-1, "0.4", None, True])
+def test_a_bad_gate_margin_in_a_checkpoint_is_one_line_naming_it(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], bad: Any) -> None:
+    import shutil
+
+    copy = tmp_path / "bad_margin"
+    shutil.copytree(trained["gated_dqn"][0], copy)
+    meta = json.loads((copy / "cloudrl.json").read_text())
+    (copy / "cloudrl.json").write_text(json.dumps({**meta, "gate_margin": bad}))
+    err = _one_line_error(capsys, ["scenarios", "evaluate", "--scenario", "tiny",
+                                   "--checkpoint", str(copy), "--n-seeds", "1"])
+    assert "gate_margin" in err and str(copy) in err

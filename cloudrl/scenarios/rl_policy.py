@@ -65,6 +65,12 @@ def read_scenario_meta(path: str | Path) -> dict[str, Any]:
     if meta.get("scenario") is None:
         raise RLCheckpointError(f"checkpoint {path}: trained on the cluster env, not on a "
                                 f"scenario (train one with 'cloudrl train --scenario NAME')")
+    if "gate_margin" in meta:
+        try:
+            check_margin(meta["gate_margin"], meta.get("interface", ""))
+        except ValueError as e:
+            raise RLCheckpointError(f"checkpoint {path}: cloudrl.json gate_margin: {e}") \
+                from None
     return meta
 
 
