@@ -111,10 +111,14 @@ def chosen_earlier(out: Path, key: str) -> MarginChoice | None:
         meta = json.loads((out / "cloudrl.json").read_text())
     except (OSError, ValueError):
         return None
-    sel = meta.get("margin_selection") or {}
-    if sel.get("key") != key or not (out / "rllib_checkpoint.json").is_file():
+    sel = meta.get("margin_selection")
+    if not isinstance(sel, dict) or sel.get("key") != key \
+            or not (out / "rllib_checkpoint.json").is_file():
         return None
-    return MarginChoice(**sel)
+    try:
+        return MarginChoice(**sel)
+    except TypeError:  # an edited record: choose again
+        return None
 
 
 def write_with_margin(src: str | Path, out: str | Path, choice: MarginChoice) -> Path:

@@ -63,8 +63,8 @@ class ControllerSpec:
             from cloudrl.algorithms.distill.policy import load_controller
 
             return load_controller(self.params["checkpoint"], self.name)
-        if self.kind == "rllib":  # params: {"checkpoint": DIR[, "margin": $]} of `cloudrl
-            from cloudrl.scenarios.rl_policy import load_rl_controller  # train --scenario`
+        if self.kind == "rllib":  # params: {"checkpoint": DIR, optional "margin": $}
+            from cloudrl.scenarios.rl_policy import load_rl_controller
 
             return load_rl_controller(self.params["checkpoint"], self.name,
                                       margin=self.params.get("margin"))
