@@ -365,7 +365,9 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
                         "distill_fine_ready, each also with _es (then fine-tuned on the true "
-                        "cost), bdq, dqn, ppo, gated_dqn, gated_dqn_safe (default distill)")
+                        "cost), bdq, dqn, ppo, gated_dqn, gated_dqn_safe, gated_dqn_margin "
+                        "(gated_dqn with a margin over the rule picked on validation seeds; "
+                        "default distill)")
     g.add_argument("--rl-env-steps", type=int, help="env steps per RLlib run (default 80640)")
     g.add_argument("--safe-sla-weight", type=float, metavar="W",
                    help="gated_dqn_safe: the SLA penalties times W in its training reward "
