@@ -112,6 +112,14 @@ def test_table_marks_the_claimed_run():
     (["scenarios", "evaluate", "--scenario", "tiny", "--sla-budget", "0.001", "-1"],
      "--sla-budget"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--params", "nope"], "--params nope"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--override", "{bad"], "not JSON"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--override", "[1]"], "JSON object"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--override",
+      '{"executor": {"spare_cores_frac": 2}}'], "executor.spare_cores_frac"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--override",
+      '{"executor": {"spare": 0.1}}'], "executor.spare"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--override",
+      '{"signals": {"forecast_error": NaN}}'], "signals.forecast_error"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--params", "[1]"], "JSON object"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--params", '{"signal-aware": {}}'],
      "unknown policy 'signal-aware'"),
@@ -234,6 +242,34 @@ def test_evaluate_on_another_fleet_size_scales_the_load(capsys):
         costs[n] = float(next(ln for ln in out.splitlines() if ln.startswith("run_at_once"))
                          .split()[1])
     assert 2.0 < costs[3 * base] / costs[base] < 4.0  # three times the fleet and its load
+
+
+def test_override_plays_the_same_controllers_on_a_variant_of_the_scenario(capsys, tmp_path):
+    """``--override`` merges into the scenario's definition: the default spare plays the
+    catalog scenario episode for episode; a larger spare keeps more cores awake (more
+    energy); the JSON and the header say which variant was played."""
+    def play(override: str | None) -> dict:
+        out = tmp_path / f"ev{len(list(tmp_path.iterdir()))}.json"
+        extra = ["--override", override] if override is not None else []
+        assert main(["scenarios", "evaluate", "--scenario", "tiny", "--policy", "signal_aware",
+                     "--n-seeds", "2", "--workers", "1", "--json", str(out), *extra]) == 0
+        return json.loads(out.read_text())
+
+    from envs.scenario.catalog import load_scenario
+
+    spare = load_scenario("tiny").executor.spare_cores_frac
+    plain = play(None)
+    same = play(json.dumps({"executor": {"spare_cores_frac": spare}}))
+    more = play(json.dumps({"executor": {"spare_cores_frac": min(1.0, spare + 0.5)}}))
+    out = capsys.readouterr().out
+    assert plain["override"] is None and more["override"] == {
+        "executor": {"spare_cores_frac": min(1.0, spare + 0.5)}}
+    assert f"tiny with --override {json.dumps(more['override'])}: N=" in out
+
+    def per_seed(ev: dict, key: str) -> list[float]:
+        return [m[key] for m in ev["policies"]["signal_aware"]["per_seed"]]
+    assert per_seed(same, "cost_usd") == per_seed(plain, "cost_usd")
+    assert sum(per_seed(more, "energy_kwh")) > sum(per_seed(plain, "energy_kwh"))
 
 
 def test_an_rllib_run_is_reused_only_with_the_same_config_and_gets_a_manifest(tmp_path,

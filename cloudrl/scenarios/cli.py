@@ -7,6 +7,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from envs.scenario.catalog import UnknownScenarioError, describe, load_scenario, scenario_names
 
@@ -61,6 +64,22 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_overrides(text: str | None) -> dict[str, Any] | None:
+    """``--override``: a JSON object merged into the scenario's YAML before validation (the
+    catalog's keys, nested objects merge), e.g. ``{"executor": {"spare_cores_frac": 0.2}}``.
+    A ValueError names what is wrong; the merged config is validated by the caller."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--override: not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--override: expected a JSON object of scenario keys, got "
+                         f"{type(value).__name__}")
+    return value
+
+
 def policy_params(text: str) -> dict[str, dict]:
     """``--params``: a JSON object (policy name -> its parameters) or a file holding one,
     e.g. a published checkpoint's ``references.json`` (whose other keys, such as
@@ -104,8 +123,19 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     n_servers = getattr(args, "n_servers", None)
     if n_servers is not None and not 1 <= n_servers <= 4096:
         return _fail(f"--n-servers {n_servers}: expected 1..4096 servers")
+    try:
+        overrides = scenario_overrides(getattr(args, "override", None))
+    except ValueError as e:
+        return _fail(str(e))
     # another fleet size keeps the scenario's utilization (the load scales with the fleet)
-    cfg = load_scenario(args.scenario, n_servers=n_servers)
+    try:
+        cfg = load_scenario(args.scenario, overrides, n_servers=n_servers)
+    except ValidationError as e:
+        if overrides is None:
+            raise
+        from cloudrl.config_loader import format_validation_error
+
+        return _fail(format_validation_error(e, "--override"))
     try:
         params = policy_params(args.params) if args.params else None
     except ValueError as e:
@@ -143,8 +173,9 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     res = run_controllers(cfg, specs, seeds, args.workers)
     cols = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
             "sla_lc", "sla_batch", "decide_ms")
-    print(f"{cfg.name}: N={cfg.fleet.n_servers}, {args.n_seeds} {args.split} seeds, mean per "
-          f"episode")
+    variant = f" with --override {json.dumps(overrides)}" if overrides else ""
+    print(f"{cfg.name}{variant}: N={cfg.fleet.n_servers}, {args.n_seeds} {args.split} seeds, "
+          f"mean per episode")
     print(f"{'policy':14s}" + "".join(f"{c:>12s}" for c in cols))
     for spec, r in zip(specs, res, strict=True):
         print(f"{spec.name:14s}" + "".join(f"{np.mean([m[c] for m in r]):12.4f}" for c in cols))
@@ -163,6 +194,7 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({
             "command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
+            "override": overrides,
             "split": args.split, "seeds": seeds, "comparisons": comparisons,
             **({"sla_budget": list(budget), "within_budget": within} if within else {}),
             "policies": {s.name: {"kind": s.kind, "params": s.params, "per_seed": r}
@@ -429,6 +461,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--workers", type=int, default=None)
     ev.add_argument("--n-servers", type=int, help="another fleet size (1..4096; the load "
                                                   "scales with it, utilization stays)")
+    ev.add_argument("--override", metavar="JSON",
+                    help="a JSON object merged into the scenario's definition (its catalog "
+                         "keys; nested objects merge), e.g. '{\"executor\": "
+                         "{\"spare_cores_frac\": 0.2}}': the same controllers on a variant")
     ev.add_argument("--checkpoint", action="append",
                     help="a learned policy's checkpoint directory (from 'cloudrl scenarios "
                          "distill'; repeatable): played beside the others, with paired cost "
