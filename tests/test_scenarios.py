@@ -86,8 +86,10 @@ class _AuditedSim(ScenarioSim):
         return joules
 
 
-def test_energy_is_the_integral_of_per_state_power_plus_every_transition(tiny):
-    cfg = load_scenario("tiny", {"executor": {"off_after_min": 0.0}})
+@pytest.mark.parametrize("reserve", [0.0, 32.0])
+def test_energy_is_the_integral_of_per_state_power_plus_every_transition(reserve):
+    cfg = load_scenario("tiny", {"executor": {"off_after_min": 0.0,
+                                              "lc_reserve_cores": reserve}})
     sim = _AuditedSim(cfg)
     sim.audit = []
     sim.reset(7)
@@ -119,6 +121,56 @@ def test_energy_is_the_integral_of_per_state_power_plus_every_transition(tiny):
     assert {ACTIVE, SUSPENDED, OFF, BOOTING} <= seen
     assert sim.stats.energy_kwh == pytest.approx(kwh, rel=1e-12)
     assert sim.stats.transition_kwh > 0
+
+
+def _queue(sim: ScenarioSim, jobs: list[tuple[int, float]]) -> list[int]:
+    """Put jobs of (class, cores) into the run queue (reusing the episode's first jobs)."""
+    ids = list(range(len(jobs)))
+    for j, (cls, cores) in zip(ids, jobs, strict=True):
+        sim._cls[j], sim._cores[j] = cls, cores
+    sim.run_queue = list(ids)
+    sim.queued_cores = float(sum(c for _, c in jobs))
+    return ids
+
+
+@pytest.mark.parametrize("reserve", [0.0, 24.0])
+def test_batch_work_leaves_the_last_roomy_large_server_to_latency_critical_jobs(reserve):
+    """With ``executor.lc_reserve_cores``, a batch job does not take the only server of the
+    largest tier that still has that many free cores; a latency-critical job does. With the
+    reserve at 0, placement is the plain best fit."""
+    cfg = load_scenario("tiny", {"executor": {"lc_reserve_cores": reserve}})
+    sim = ScenarioSim(cfg)
+    sim.reset(0)
+    sim.state[:] = ACTIVE
+    sim.used[:] = sim.cores  # every server full ...
+    large = int(np.flatnonzero(sim.cores == sim.cores.max())[0])
+    small = int(np.flatnonzero(sim.cores < sim.cores.max())[0])
+    sim.used[large] = sim.cores[large] - 30.0  # ... but one large server with 30 free
+    sim.used[small] = sim.cores[small] - 10.0  # and a smaller one with 10
+    batch, lc = _queue(sim, [(1, 8.0), (0, 28.0)])
+    sim.run_queue = [batch]
+    sim._place()
+    assert sim._server[batch] == (small if reserve else large)
+    sim.run_queue = [lc]
+    sim._place()
+    assert sim._server[lc] == large if reserve else sim._server[lc] == -1  # 22 free left
+
+
+def test_a_reserve_beyond_the_largest_server_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="lc_reserve_cores 65 is more than"):
+        load_scenario("tiny", {"executor": {"lc_reserve_cores": 65}})
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), reserve=st.floats(1.0, 64.0))
+def test_with_a_reserve_every_job_still_ends_and_is_counted_once(seed, reserve):
+    cfg = load_scenario("tiny", {"executor": {"lc_reserve_cores": reserve}})
+    sim = ScenarioSim(cfg)
+    _play(sim, 1.0, 0.5 * sim.fleet_cores, seed)
+    for c, stats in enumerate(sim.stats.classes):
+        assert stats.arrived == int((sim.jobs.cls == c).sum())
+        assert stats.finished + stats.dropped == stats.arrived
+    assert not sim.pool and not sim.run_queue and sim.n_running.sum() == 0
 
 
 def test_cost_terms_add_up_and_grid_carbon_follows_the_signal(tiny):

@@ -12,7 +12,7 @@ Units: cores, watts, ticks of ``tick_seconds``; money in US dollars.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from envs.signals import SignalConfig
 from envs.sim_config import FleetConfig, StrictConfig
@@ -102,6 +102,11 @@ class ExecutorConfig(StrictConfig):
                                  description="a server is switched off only after this long "
                                              "suspended (a shutdown and boot cost about an "
                                              "hour of suspended draw)")
+    lc_reserve_cores: float = Field(default=0.0, ge=0.0, le=1024.0,
+                                    description="room kept for large latency-critical jobs: "
+                                                "batch work is not placed on the last active "
+                                                "server of the largest tier with this many "
+                                                "free cores (0: none)")
     force_margin_min: float = Field(default=30.0, ge=0.0, le=24 * 60,
                                     description="a held batch job is released this long before "
                                                 "its latest start")
@@ -143,6 +148,16 @@ class ScenarioConfig(StrictConfig):
             raise ValueError(f"days: {self.days} days of {self.tick_seconds} s ticks is "
                              f"{self.n_ticks} ticks (> 200000)")
         return self
+
+    @field_validator("executor")
+    @classmethod
+    def _reserve_fits(cls, executor: ExecutorConfig, info: ValidationInfo) -> ExecutorConfig:
+        fleet = info.data.get("fleet")
+        largest = max(t.cpu_cores for t in fleet.tiers) if fleet is not None else None
+        if largest is not None and executor.lc_reserve_cores > largest:
+            raise ValueError(f"lc_reserve_cores {executor.lc_reserve_cores:g} is more than "
+                             f"the largest server's {largest:g} cores")
+        return executor
 
     # ------------------------------------------------------------------ derived
     @property

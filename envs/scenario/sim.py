@@ -12,7 +12,9 @@ standing decisions (:meth:`ScenarioSim.set_controls`):
 
 A fixed power-aware executor does the rest every tick: best-fit placement (latency-
 critical first, then released batch by latest start) on the most efficient tier's
-fullest feasible server; servers resumed, then booted, for waiting work and a spare;
+fullest feasible server (with ``executor.lc_reserve_cores`` > 0, batch work leaves the
+last active server of the largest tier with that many free cores to latency-critical
+jobs); servers resumed, then booted, for waiting work and a spare;
 idle servers beyond the spare suspended.
 
 Accounting of tick ``t``:
@@ -324,7 +326,9 @@ class ScenarioSim:
             return
         util = self.used / self.cores
         kept: list[int] = []
-        cores = self._cores
+        cores, cls = self._cores, self._cls
+        reserve = self.cfg.executor.lc_reserve_cores
+        largest = self.cores >= self.max_job_cores - _EPS
         for idx, j in enumerate(q):
             c = cores[j]
             if c > max_free + _EPS:
@@ -334,6 +338,13 @@ class ScenarioSim:
                     break
                 continue
             feasible = free >= c - _EPS
+            if reserve > 0.0 and cls[j] != LATENCY_CRITICAL:
+                roomy = largest & (free >= reserve - _EPS)
+                if roomy.sum() <= 1:  # the last server with room for a large LC job
+                    feasible &= ~roomy
+                    if not feasible.any():
+                        kept.append(j)
+                        continue
             score = np.where(feasible, util + c / self.cores - _TIER_WEIGHT * self.wpc, -np.inf)
             s = int(score.argmax())
             self._start(j, s)
@@ -384,14 +395,10 @@ class ScenarioSim:
         need = waiting + spare - free - coming
         unfit = self._largest_unfit()
         if unfit > 0:  # a waiting job fits no active or waking server: wake one it fits
-            for want in (SUSPENDED, OFF):
-                hit = [srv for srv in self._eff_order.tolist()
-                       if s[srv] == want and cores[srv] >= unfit - _EPS]
-                if hit:
-                    self._wake(hit[0], RESUMING if want == SUSPENDED else BOOTING,
-                               cfg.resume_ticks if want == SUSPENDED else cfg.boot_ticks)
-                    need -= cores[hit[0]]
-                    break
+            need -= self._wake_one(unfit)
+        reserve = cfg.executor.lc_reserve_cores
+        if reserve > 0.0 and not self._reserve_held(reserve):
+            need -= self._wake_one(self.max_job_cores)  # room for a large LC job
         if need > _EPS:
             for srv in self._eff_order.tolist():
                 if need <= _EPS:
@@ -409,8 +416,10 @@ class ScenarioSim:
             # after placement no waiting job fits any active server's free cores, so an idle
             # server is no use to them: suspend idle servers down to the spare
             room = free - spare
+            keep = self._reserve_server(reserve) if reserve > 0.0 else -1
             for srv in self._ineff_order.tolist():
-                if s[srv] == ACTIVE and self.n_running[srv] == 0 and cores[srv] <= room + _EPS:
+                if s[srv] == ACTIVE and self.n_running[srv] == 0 and srv != keep and \
+                        cores[srv] <= room + _EPS:
                     s[srv] = SUSPENDED
                     self.suspended_at[srv] = self.t
                     room -= cores[srv]
@@ -440,7 +449,8 @@ class ScenarioSim:
 
     def _largest_unfit(self) -> float:
         """Cores of the largest waiting job that no active server has room for and no
-        resuming or booting server could take (0 if none)."""
+        resuming or booting server could take (0 if none); a batch job does not count the
+        server that holds the latency-critical reserve."""
         if not self.run_queue:
             return 0.0
         s = self.state
@@ -448,7 +458,46 @@ class ScenarioSim:
                         np.where((s == RESUMING) | (s == BOOTING), self.cores, 0.0))
         best = float(room.max())
         big = max(self._cores[j] for j in self.run_queue)
-        return big if big > best + _EPS else 0.0
+        reserve = self.cfg.executor.lc_reserve_cores
+        keep = self._reserve_server(reserve) if reserve > 0.0 else -1
+        if keep < 0:
+            return big if big > best + _EPS else 0.0
+        room[keep] = 0.0
+        best_batch = float(room.max())
+        cls = self._cls
+        big_batch = max((self._cores[j] for j in self.run_queue if cls[j] != LATENCY_CRITICAL),
+                        default=0.0)
+        return max(big if big > best + _EPS else 0.0,
+                   big_batch if big_batch > best_batch + _EPS else 0.0)
+
+    def _reserve_server(self, reserve: float) -> int:
+        """The active server of the largest tier that batch work must leave to latency-
+        critical jobs: the only one with ``reserve`` free cores (-1 if there are several or
+        none)."""
+        roomy = np.flatnonzero((self.state == ACTIVE) & (self.cores >= self.max_job_cores - _EPS)
+                               & (self.cores - self.used >= reserve - _EPS))
+        return int(roomy[0]) if len(roomy) == 1 else -1
+
+    def _reserve_held(self, reserve: float) -> bool:
+        """Whether a server of the largest tier has ``reserve`` free cores now, or is waking."""
+        s = self.state
+        largest = self.cores >= self.max_job_cores - _EPS
+        waking = (s == RESUMING) | (s == BOOTING)
+        return bool(((largest & (s == ACTIVE) & (self.cores - self.used >= reserve - _EPS))
+                     | (largest & waking)).any())
+
+    def _wake_one(self, cores_needed: float) -> float:
+        """Wake the most efficient server with ``cores_needed`` cores, suspended before off;
+        its cores (0 if none is asleep)."""
+        s, cores, cfg = self.state, self.cores, self.cfg
+        for want in (SUSPENDED, OFF):
+            hit = [srv for srv in self._eff_order.tolist()
+                   if s[srv] == want and cores[srv] >= cores_needed - _EPS]
+            if hit:
+                self._wake(hit[0], RESUMING if want == SUSPENDED else BOOTING,
+                           cfg.resume_ticks if want == SUSPENDED else cfg.boot_ticks)
+                return float(cores[hit[0]])
+        return 0.0
 
     def _wake(self, srv: int, state: int, ticks: int) -> None:
         self.stats.transitions += 1
