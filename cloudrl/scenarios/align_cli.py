@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _cmd_align(args: argparse.Namespace) -> int:
@@ -33,6 +34,38 @@ def _cmd_align(args: argparse.Namespace) -> int:
     from cloudrl.scenarios.steer_cli import write_json
 
     write_json(args.json, res.to_json())
+    return 0
+
+
+def _cmd_align_reserve(args: argparse.Namespace) -> int:
+    from cloudrl.scenarios.reserve_head import ReserveHeadConfig, align_reserve, write_result
+    from envs.scenario.catalog import load_scenario
+
+    scn = load_scenario(args.scenario)  # an unknown name: one line, exit 2 (cloudrl.cli)
+    try:
+        kw = {k: getattr(args, k) for k in ("n_val_seeds", "n_test_seeds", "head_weight",
+                                             "lc_bound", "batch_bound", "pool_heuristic",
+                                             "pool_mpc", "pool_seeds", "workers")
+              if getattr(args, k) is not None}
+        if args.grid is not None:
+            kw["grid"] = tuple(args.grid)
+        if args.checkpoint is not None and not Path(args.checkpoint).is_dir():
+            raise ValueError(f"--checkpoint {args.checkpoint}: not a directory")
+        cfg = ReserveHeadConfig(scenario=args.scenario, checkpoint=args.checkpoint,
+                                n_comparisons=args.comparisons, noise=args.noise,
+                                run_seeds=tuple(args.run_seed) if args.run_seed else (0, 1, 2),
+                                cache=None if args.no_cache else args.cache, **kw)
+        from cloudrl.scenarios.reserve_head import policy_spec, with_reserve
+
+        for r in cfg.grid:
+            with_reserve(scn, r)
+        policy_spec(scn, cfg)
+    except (ValueError, TypeError) as e:
+        print(f"cloudrl: align-reserve: {e}", file=sys.stderr)
+        return 2
+    res = align_reserve(scn, cfg, log=lambda s: print(s, flush=True))
+    print("\n" + res.table)
+    write_result(args.json, res)
     return 0
 
 
@@ -71,3 +104,36 @@ def add_align_parser(ss: argparse._SubParsersAction) -> None:
     al.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
     al.add_argument("--json", help="write the table and every run to this path")
     al.set_defaults(func=_cmd_align)
+
+    ar = ss.add_parser("align-reserve",
+                       help="the alignment head on the executor's reserve for large "
+                            "latency-critical jobs: labels, reward model and head as in "
+                            "'align', the reserve they prefer for a policy picked on "
+                            "validation seeds, tested against the policy without it")
+    ar.add_argument("--scenario", required=True)
+    ar.add_argument("--checkpoint", help="the policy: a scenario checkpoint (e.g. "
+                                         "checkpoints/NAME); default: the tuned heuristic")
+    ar.add_argument("--grid", type=float, nargs="+",
+                    help="reserves to choose from, in cores (default 0 16 24 32 40 48; 0 is "
+                         "always a candidate)")
+    ar.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
+    ar.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
+    ar.add_argument("--run-seed", type=int, nargs="+",
+                    help="run seeds (comparisons, label noise, reward model, head; default "
+                         "0 1 2)")
+    ar.add_argument("--n-val-seeds", type=int, help="validation seeds (1..50; default 30)")
+    ar.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
+    ar.add_argument("--head-weight", type=float, help="weight of the head (default 1)")
+    ar.add_argument("--lc-bound", type=float,
+                    help="the teacher's latency-critical bound (default 0.0003 = 0.03%%)")
+    ar.add_argument("--batch-bound", type=float,
+                    help="the teacher's batch bound (default 0.003 = 0.3%%)")
+    ar.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
+    ar.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
+    ar.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
+    ar.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    ar.add_argument("--cache", default="results/steer/episodes.json",
+                    help="episode cache of the pool (JSON), shared with steer and align")
+    ar.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    ar.add_argument("--json", help="write the table and every run to this path")
+    ar.set_defaults(func=_cmd_align_reserve)
