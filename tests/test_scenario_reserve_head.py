@@ -78,6 +78,9 @@ def test_align_reserve_on_tiny_picks_from_the_grid_by_the_learned_scores(tmp_pat
         d = run["test_reserve_with_head"]["violations_lc"][0]
         r = f"{run['reserve_with_head']:g}"
         assert d == pytest.approx(t[r]["violations_lc"] - t["0"]["violations_lc"])
+        own = run["test_head_vs_reward_model_alone"]["violations_lc"][0]
+        r0 = f"{run['reserve_reward_model_alone']:g}"
+        assert own == pytest.approx(t[r]["violations_lc"] - t[r0]["violations_lc"])
         lo, hi = run["test_reserve_with_head"]["cost_usd"][1:]
         assert lo <= run["test_reserve_with_head"]["cost_usd"][0] <= hi
 

@@ -210,6 +210,9 @@ def align_reserve(scn: ScenarioConfig, cfg: ReserveHeadConfig,
     for run in res.runs:
         for which in ("reserve_with_head", "reserve_reward_model_alone"):
             run[f"test_{which}"] = _paired(test[run[which]], test[0.0], utility)
+        # the head's own share: its pick against the reward model's alone
+        run["test_head_vs_reward_model_alone"] = _paired(
+            test[run["reserve_with_head"]], test[run["reserve_reward_model_alone"]], utility)
     res.wall_s = time.perf_counter() - t0
     res.table = format_table(res)
     return res
@@ -253,6 +256,9 @@ def format_table(res: ReserveHeadResult) -> str:
         lines.append(f"  run {run['run_seed']}: reserve {run['reserve_with_head']:g} (reward "
                      f"model alone: {run['reserve_reward_model_alone']:g}); LC violations "
                      f"{f('violations_lc')}, cost $ {f('cost_usd')}, U $ {f('utility')}")
+        own = run["test_head_vs_reward_model_alone"]["violations_lc"]
+        lines.append(f"         the head's own share (its pick - the reward model's alone): "
+                     f"LC violations {own[0]:+.2f} [{own[1]:+.2f}, {own[2]:+.2f}]")
     lines.append(f"wall time {res.wall_s:.0f} s")
     return "\n".join(lines)
 
