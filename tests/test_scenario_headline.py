@@ -104,6 +104,13 @@ def test_table_marks_the_claimed_run():
     (["headline", "--scenario", "tiny", "--distill-val-seeds", "0"], "distill-val-seeds"),
     (["headline", "--scenario", "tiny", "--safe-sla-weight", "0.5"], "safe-sla-weight"),
     (["headline", "--scenario", "tiny", "--params-from", "/no/such.json"], "/no/such.json"),
+    (["headline", "--scenario", "tiny", "--override", "{bad"], "not JSON"),
+    (["headline", "--scenario", "tiny", "--override", '{"executor": {"lc_reserve_cores": 99}}'],
+     "lc_reserve_cores 99"),
+    (["headline", "--scenario", "tiny", "--override", '{"executor": {"lc_reserve_cores": 8}}',
+      "--families", "gated_dqn"], "distilled families only"),
+    (["headline", "--scenario", "tiny", "--override", '{"executor": {"lc_reserve_cores": 8}}',
+      "--families", "distill", "--publish", "x"], "no --publish"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--n-servers", "0"], "--n-servers 0"),
     (["evaluate", "--scenario", "tiny", "--n-servers", "5000"], "--n-servers 5000"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),
@@ -176,6 +183,29 @@ def test_tiny_scenario_headline_end_to_end(tmp_path, capsys):
     for r in res["runs"]:  # each run of the selected family left its checkpoint
         fam, run = r["policy"].split("-")
         assert (tmp_path / "tiny" / fam / run).is_dir()
+
+
+@pytest.mark.slow
+def test_a_headline_on_a_variant_trains_and_measures_the_variant(tmp_path, capsys):
+    """``--override``: every episode of the headline is the variant's (the heuristic's test
+    cost is the variant's, not the catalog scenario's), and the result says which."""
+    from cloudrl.protocol import test_seeds
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+    from envs.scenario.catalog import load_scenario
+
+    override = {"executor": {"spare_cores_frac": 0.5}}
+    assert main(["headline", "--scenario", "tiny", "--tiny", "--out-dir", str(tmp_path),
+                 "--no-log", "--workers", "1", "--families", "distill", "--override",
+                 json.dumps(override)]) == 0
+    capsys.readouterr()
+    res = json.loads((tmp_path / "tiny" / "result.json").read_text())
+    assert res["override"] == override
+    heur = ControllerSpec("signal_aware", res["heuristic_params"])
+    seeds = list(test_seeds(res["n_test_seeds"]))
+    variant = run_controllers(load_scenario("tiny", override), [heur], seeds, 1)[0]
+    plain = run_controllers(load_scenario("tiny"), [heur], seeds, 1)[0]
+    assert res["heuristic_cost"] == pytest.approx(np.mean([m["cost_usd"] for m in variant]))
+    assert res["heuristic_cost"] != pytest.approx(np.mean([m["cost_usd"] for m in plain]))
 
 
 def test_published_references_feed_the_evaluate_command(tmp_path, capsys):

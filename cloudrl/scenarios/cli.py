@@ -341,8 +341,16 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
         if getattr(args, flag, None):
             return _fail(f"headline --scenario: --{flag} belongs to the cluster-env headline; "
                          f"use --params-from to reuse tuned parameters")
-    if not args.tiny:
-        load_scenario(args.scenario)  # an unknown name fails before any work
+    try:
+        override = scenario_overrides(getattr(args, "override", None))
+    except ValueError as e:
+        return _fail(str(e))
+    try:  # an unknown name or a bad override fails before any work
+        load_scenario("tiny" if args.tiny else args.scenario, override)
+    except ValidationError as e:
+        from cloudrl.config_loader import format_validation_error
+
+        return _fail(format_validation_error(e, "--override"))
     kw = {k: getattr(args, k) for k in ("n_test_seeds", "n_val_seeds", "tune_samples",
                                          "tune_seeds", "mpc_samples", "params_from",
                                          "publish", "headline_json", "workers",
@@ -356,6 +364,8 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
     if args.families is not None:
         kw["families"] = tuple(args.families)
     kw["out_dir"] = args.out_dir or "results/headline_scenario"
+    if override:
+        kw["override"] = override
     try:
         cfg = ScenarioHeadlineConfig(scenario=args.scenario, log=not args.no_log, **kw)
         if args.tiny:
@@ -394,6 +404,10 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
     g.add_argument("--params-from", metavar="JSON",
                    help="reuse the tuned parameters of a 'cloudrl scenarios headroom --json' "
                         "file instead of tuning")
+    g.add_argument("--override", metavar="JSON",
+                   help="a variant of the scenario: a JSON object merged into its definition "
+                        "(as 'scenarios evaluate --override'); distilled families only, not "
+                        "publishable")
     g.add_argument("--families", nargs="+",
                    help="learned families to train: distill, distill_default, distill_fine, "
                         "distill_fine_ready, each also with _es (then fine-tuned on the true "

@@ -83,6 +83,9 @@ class ScenarioHeadlineConfig:
     tracking_uri: str | None = None
     log: bool = True
     tiny: bool = False
+    # merged into the scenario's definition (``scenarios evaluate --override``): a variant,
+    # trained and measured as such; the distilled families only, and never published
+    override: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test_seeds", "n_val_seeds", "tune_samples", "tune_seeds",
@@ -110,6 +113,15 @@ class ScenarioHeadlineConfig:
         if bad:
             raise ValueError(f"headline: unknown family {bad[0]!r}; valid: "
                              f"{', '.join(available_families())}")
+        if self.override:
+            rl = [f for f in self.families if not f.startswith("distill")]
+            if rl:
+                raise ValueError(f"headline: --override trains the distilled families only "
+                                 f"(an RLlib run reads the catalog scenario by name), got "
+                                 f"{rl[0]!r}")
+            if self.publish or self.headline_json:
+                raise ValueError("headline: a variant (--override) is not the catalog "
+                                 "scenario: no --publish or --headline-json")
 
 
 def tiny(cfg: ScenarioHeadlineConfig) -> ScenarioHeadlineConfig:
@@ -453,7 +465,7 @@ def goals(run: dict[str, Any]) -> dict[str, bool]:
 
 def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     t0 = time.perf_counter()
-    scn = load_scenario(cfg.scenario)
+    scn = load_scenario(cfg.scenario, cfg.override)
     out = Path(cfg.out_dir) / scn.name
     out.mkdir(parents=True, exist_ok=True)
     say = _say(cfg)
@@ -527,7 +539,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
         "heuristic_params": heur_p, "mpc_params": mpc_p, "means": mean,
         "train_wall_s": train_wall, "wall_s": time.perf_counter() - t0,
         "command": " ".join(["cloudrl", *sys.argv[1:]]) if sys.argv[1:] else "",
-        "tiny": cfg.tiny}
+        "tiny": cfg.tiny, "override": cfg.override}
     row["sla_by_class"]["learned"] = row["sla_by_class"].pop(claim["policy"])
     table = format_table(row)
     paths = _write(out, row, table, cfg, by, refs + runs)
