@@ -36,12 +36,13 @@ import numpy as np
 
 from cloudrl.protocol import test_seeds, train_seeds
 from cloudrl.scenarios.runner import ControllerSpec, paired_ci
-from cloudrl.scenarios.safety_head import learn_head
+from cloudrl.scenarios.safety_head import SafetyHead, learn_head
 from cloudrl.scenarios.steering import (
     DEFAULT_TUNED,
     FEATURES,
     SAFE_BOUNDS,
     EpisodeCache,
+    RewardModel,
     SteerConfig,
     features,
     learn_reward,
@@ -56,18 +57,15 @@ TEACHER = "safe_cost"
 
 
 @dataclass
-class AlignConfig:
-    """Knobs of ``cloudrl scenarios align`` (every default runs)."""
+class LabelConfig:
+    """The labelling knobs ``align`` and ``align-reserve`` share: the scenario, the pool,
+    the comparisons and their noise, the teacher's bounds, the run seeds."""
 
     scenario: str = "scarcity_spikes"
     n_comparisons: int = 1000
     noise: float = 0.1
     run_seeds: tuple[int, ...] = (0, 1, 2)
     n_test_seeds: int = 50
-    bc_expert_seeds: int = 20
-    bc_epochs: int = 60
-    es_iterations: int = 15
-    val_seeds: int = 8  # validation seeds that pick each search's kept iteration
     head_weight: float = 1.0
     # the teacher's per-class bounds (violation rates; None: safe_cost's 0.03% and 0.3%)
     lc_bound: float | None = None
@@ -77,15 +75,22 @@ class AlignConfig:
     pool_seeds: int = 2
     pool_seed: int = 0
     heuristic_params: dict[str, Any] | None = None  # None: the scenario's tuned point
-    out: str = "results/align"
     cache: str | None = "results/steer/episodes.json"
     workers: int | None = None
 
+
+@dataclass
+class AlignConfig(LabelConfig):
+    """Knobs of ``cloudrl scenarios align`` (every default runs)."""
+
+    bc_expert_seeds: int = 20
+    bc_epochs: int = 60
+    es_iterations: int = 15
+    val_seeds: int = 8  # validation seeds that pick each search's kept iteration
+    out: str = "results/align"
+
     def __post_init__(self) -> None:
-        if not 2 <= self.n_comparisons <= 1000:
-            raise ValueError(f"--comparisons must be in [2, 1000], got {self.n_comparisons}")
-        if not 0.0 <= self.noise <= 0.5:
-            raise ValueError(f"--noise must be in [0, 0.5], got {self.noise}")
+        check_label_knobs(self)
         for name in ("n_test_seeds", "bc_expert_seeds", "val_seeds", "pool_seeds"):
             v = getattr(self, name)
             if not 1 <= v <= 50:
@@ -95,15 +100,24 @@ class AlignConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.head_weight >= 0:
             raise ValueError(f"--head-weight must be >= 0, got {self.head_weight}")
-        for name in ("lc_bound", "batch_bound"):
-            v = getattr(self, name)
-            if v is not None and not 0.0 <= v <= 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} is a violation rate in [0, 1], "
-                                 f"got {v}")
-        if not self.run_seeds:
-            raise ValueError("at least one run seed")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+
+
+def check_label_knobs(cfg: LabelConfig) -> None:
+    """The knobs of the labelling phases that ``align`` and ``align-reserve`` share
+    (comparisons, noise, the teacher's bounds, run seeds, workers); a ValueError names one."""
+    if not 2 <= cfg.n_comparisons <= 1000:
+        raise ValueError(f"--comparisons must be in [2, 1000], got {cfg.n_comparisons}")
+    if not 0.0 <= cfg.noise <= 0.5:
+        raise ValueError(f"--noise must be in [0, 0.5], got {cfg.noise}")
+    for name in ("lc_bound", "batch_bound"):
+        v = getattr(cfg, name)
+        if v is not None and not 0.0 <= v <= 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} is a violation rate in [0, 1], "
+                             f"got {v}")
+    if not cfg.run_seeds:
+        raise ValueError("at least one run seed")
+    if cfg.workers is not None and cfg.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {cfg.workers}")
 
 
 def teacher(cfg: AlignConfig) -> Callable[[dict[str, float]], float]:
@@ -142,6 +156,36 @@ def _reusable(out: Path, key: str) -> bool:
 
 def _mark(out: Path, key: str) -> None:
     (out / "align-key.json").write_text(json.dumps({"key": key}))
+
+
+def learn_preferences(scn: ScenarioConfig, cfg: LabelConfig,
+                      utility: Callable[[dict[str, float]], float], log: Callable[[str], None]
+                      ) -> tuple[dict[int, RewardModel], dict[int, SafetyHead], list[dict]]:
+    """Phase 2 of ``align`` (and of ``align-reserve``): the steering pool on TRAIN seeds
+    (cached in ``cfg.cache``), then per run seed ``cfg.n_comparisons`` comparisons labelled
+    by ``utility`` with ``cfg.noise`` flipped, the reward model and the alignment head."""
+    cache = EpisodeCache(cfg.cache)
+    sc = SteerConfig(scenario=scn.name, utility=TEACHER, pool_heuristic=cfg.pool_heuristic,
+                     pool_mpc=cfg.pool_mpc, pool_seeds=cfg.pool_seeds, pool_seed=cfg.pool_seed)
+    pool = [m for r in cache.play(scn, pool_specs(sc), list(train_seeds(cfg.pool_seeds)),
+                                  cfg.workers) for m in r]
+    feats = features(pool)
+    u_pool = np.array([utility(m) for m in pool])
+    log(f"pool: {len(pool)} episodes, teacher's utility {u_pool.min():.1f}..{u_pool.max():.1f} $")
+    models, heads, infos = {}, {}, []
+    for rs in cfg.run_seeds:
+        comp = sample_comparisons(u_pool, cfg.n_comparisons, cfg.noise,
+                                  np.random.default_rng([rs, 0xA119]))
+        models[rs], info = learn_reward(feats, comp, seed=rs)
+        heads[rs], hinfo = learn_head(feats, FEATURES, comp.a, comp.b, comp.label,
+                                      comp.true_label, seed=rs)
+        infos.append({"run_seed": rs, "flipped": float(comp.flipped.mean()),
+                      "reward_model": info, "head": hinfo})
+        log(f"run seed {rs}: {cfg.n_comparisons} comparisons ({comp.flipped.mean():.1%} flipped);"
+            f" held-out pair accuracy (noisy / true labels): reward model "
+            f"{info['heldout_acc_noisy']:.3f} / {info['heldout_acc_true']:.3f}, head "
+            f"{hinfo['heldout_acc_noisy']:.3f} / {hinfo['heldout_acc_true']:.3f}")
+    return models, heads, infos
 
 
 def behaviour_clone(scn: ScenarioConfig, cfg: AlignConfig, params: dict[str, Any], out: Path,
@@ -193,27 +237,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     log(f"BC from the heuristic -> {start} ({time.perf_counter() - t0:.0f} s)")
 
     # 2. pool, comparisons, reward model and head per run seed
-    cache = EpisodeCache(cfg.cache)
-    sc = SteerConfig(scenario=scn.name, utility=TEACHER, pool_heuristic=cfg.pool_heuristic,
-                     pool_mpc=cfg.pool_mpc, pool_seeds=cfg.pool_seeds, pool_seed=cfg.pool_seed)
-    pool = [m for r in cache.play(scn, pool_specs(sc), list(train_seeds(cfg.pool_seeds)),
-                                  cfg.workers) for m in r]
-    feats = features(pool)
-    u_pool = np.array([utility(m) for m in pool])
-    log(f"pool: {len(pool)} episodes, teacher's utility {u_pool.min():.1f}..{u_pool.max():.1f} $")
-    models, heads, infos = {}, {}, []
-    for rs in cfg.run_seeds:
-        comp = sample_comparisons(u_pool, cfg.n_comparisons, cfg.noise,
-                                  np.random.default_rng([rs, 0xA119]))
-        models[rs], info = learn_reward(feats, comp, seed=rs)
-        heads[rs], hinfo = learn_head(feats, FEATURES, comp.a, comp.b, comp.label,
-                                      comp.true_label, seed=rs)
-        infos.append({"run_seed": rs, "flipped": float(comp.flipped.mean()),
-                      "reward_model": info, "head": hinfo})
-        log(f"run seed {rs}: {cfg.n_comparisons} comparisons ({comp.flipped.mean():.1%} flipped);"
-            f" held-out pair accuracy (noisy / true labels): reward model "
-            f"{info['heldout_acc_noisy']:.3f} / {info['heldout_acc_true']:.3f}, head "
-            f"{hinfo['heldout_acc_noisy']:.3f} / {hinfo['heldout_acc_true']:.3f}")
+    models, heads, infos = learn_preferences(scn, cfg, utility, log)
 
     # 3. policy optimisation: ES on the learned reward, with and without the head, and on
     #    the teacher's utility itself
@@ -270,6 +294,7 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
              "bc": learned_spec(start)}
     specs.update({name: learned_spec(Path(r["checkpoint"])) for name, r in runs.items()})
     tseeds = list(test_seeds(cfg.n_test_seeds))
+    cache = EpisodeCache(cfg.cache)
     played = dict(zip(specs, cache.play(scn, list(specs.values()), tseeds, cfg.workers),
                       strict=True))
     res = AlignResult(asdict(cfg), {}, [], infos, 0.0, runs=runs)

@@ -69,17 +69,37 @@ def _cmd_align_reserve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_label_args(p: argparse.ArgumentParser, seeds_for: str) -> None:
+    """The labelling arguments ``align`` and ``align-reserve`` share."""
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
+    p.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
+    p.add_argument("--run-seed", type=int, nargs="+",
+                   help=f"run seeds (comparisons, label noise, reward model, {seeds_for}; "
+                        f"default 0 1 2)")
+    p.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
+    p.add_argument("--head-weight", type=float,
+                   help="weight of the alignment head in the objective (default 1)")
+    p.add_argument("--lc-bound", type=float,
+                   help="the teacher's latency-critical bound, a violation rate (default "
+                        "0.0003 = 0.03%%)")
+    p.add_argument("--batch-bound", type=float,
+                   help="the teacher's batch bound, a violation rate (default 0.003 = 0.3%%)")
+    p.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
+    p.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
+    p.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
+    p.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
+    p.add_argument("--cache", default="results/steer/episodes.json",
+                   help="episode cache (JSON), shared with steer")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    p.add_argument("--json", help="write the table and every run to this path")
+
+
 def add_align_parser(ss: argparse._SubParsersAction) -> None:
     al = ss.add_parser("align", help="RLHF phases with a safety-bound teacher: BC from the "
                                      "heuristic, reward model + alignment head from ranked "
                                      "pairs, evolution strategies on the learned reward")
-    al.add_argument("--scenario", required=True)
-    al.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
-    al.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
-    al.add_argument("--run-seed", type=int, nargs="+",
-                    help="run seeds (comparisons, label noise, reward model, ES; default "
-                         "0 1 2); the median is claimed")
-    al.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
+    _add_label_args(al, "ES; the median is claimed")
     al.add_argument("--bc-expert-seeds", type=int,
                     help="train seeds the heuristic demonstrates for BC (default 20)")
     al.add_argument("--bc-epochs", type=int, help="BC epochs (default 60)")
@@ -87,22 +107,7 @@ def add_align_parser(ss: argparse._SubParsersAction) -> None:
                     help="evolution-strategies iterations per search (default 15)")
     al.add_argument("--val-seeds", type=int,
                     help="validation seeds that pick each search's kept iteration (default 8)")
-    al.add_argument("--head-weight", type=float,
-                    help="weight of the alignment head in the objective (default 1)")
-    al.add_argument("--lc-bound", type=float,
-                    help="the teacher's latency-critical bound, a violation rate (default "
-                         "0.0003 = 0.03%%)")
-    al.add_argument("--batch-bound", type=float,
-                    help="the teacher's batch bound, a violation rate (default 0.003 = 0.3%%)")
-    al.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
-    al.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
-    al.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
-    al.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
     al.add_argument("--out", help="where the checkpoints go (default: results/align)")
-    al.add_argument("--cache", default="results/steer/episodes.json",
-                    help="episode cache (JSON), shared with steer")
-    al.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
-    al.add_argument("--json", help="write the table and every run to this path")
     al.set_defaults(func=_cmd_align)
 
     ar = ss.add_parser("align-reserve",
@@ -110,30 +115,11 @@ def add_align_parser(ss: argparse._SubParsersAction) -> None:
                             "latency-critical jobs: labels, reward model and head as in "
                             "'align', the reserve they prefer for a policy picked on "
                             "validation seeds, tested against the policy without it")
-    ar.add_argument("--scenario", required=True)
+    _add_label_args(ar, "head")
     ar.add_argument("--checkpoint", help="the policy: a scenario checkpoint (e.g. "
                                          "checkpoints/NAME); default: the tuned heuristic")
     ar.add_argument("--grid", type=float, nargs="+",
                     help="reserves to choose from, in cores (default 0 16 24 32 40 48; 0 is "
                          "always a candidate)")
-    ar.add_argument("--comparisons", type=int, default=1000, help="labelled pairs (<= 1000)")
-    ar.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
-    ar.add_argument("--run-seed", type=int, nargs="+",
-                    help="run seeds (comparisons, label noise, reward model, head; default "
-                         "0 1 2)")
     ar.add_argument("--n-val-seeds", type=int, help="validation seeds (1..50; default 30)")
-    ar.add_argument("--n-test-seeds", type=int, help="test seeds (1..50; default 50)")
-    ar.add_argument("--head-weight", type=float, help="weight of the head (default 1)")
-    ar.add_argument("--lc-bound", type=float,
-                    help="the teacher's latency-critical bound (default 0.0003 = 0.03%%)")
-    ar.add_argument("--batch-bound", type=float,
-                    help="the teacher's batch bound (default 0.003 = 0.3%%)")
-    ar.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
-    ar.add_argument("--pool-mpc", type=int, help="random MPC points in the pool")
-    ar.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
-    ar.add_argument("--workers", type=int, help="worker processes (default: CPUs)")
-    ar.add_argument("--cache", default="results/steer/episodes.json",
-                    help="episode cache of the pool (JSON), shared with steer and align")
-    ar.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
-    ar.add_argument("--json", help="write the table and every run to this path")
     ar.set_defaults(func=_cmd_align_reserve)

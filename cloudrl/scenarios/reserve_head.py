@@ -33,18 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from cloudrl.protocol import test_seeds, train_seeds, validation_seeds
-from cloudrl.scenarios.runner import ControllerSpec, checkpoint_kind, paired_ci, run_controllers
-from cloudrl.scenarios.safety_head import learn_head
-from cloudrl.scenarios.steering import (
-    FEATURES,
-    EpisodeCache,
-    SteerConfig,
-    features,
-    learn_reward,
-    pool_specs,
-    sample_comparisons,
+from cloudrl.protocol import test_seeds, validation_seeds
+from cloudrl.scenarios.align import (
+    AlignConfig,
+    LabelConfig,
+    check_label_knobs,
+    learn_preferences,
+    teacher,
+    teacher_params,
 )
+from cloudrl.scenarios.runner import ControllerSpec, checkpoint_kind, paired_ci, run_controllers
+from cloudrl.scenarios.steering import features
 from envs.scenario.config import ScenarioConfig
 
 GRID = (0.0, 16.0, 24.0, 32.0, 40.0, 48.0)
@@ -52,35 +51,18 @@ METRICS = ("cost_usd", "violations_lc", "sla_lc", "sla_batch")
 
 
 @dataclass
-class ReserveHeadConfig:
-    """Knobs of ``cloudrl scenarios align-reserve`` (every default runs)."""
+class ReserveHeadConfig(LabelConfig):
+    """Knobs of ``cloudrl scenarios align-reserve`` (every default runs); the labelling
+    knobs are ``align``'s."""
 
-    scenario: str = "scarcity_spikes"
     checkpoint: str | None = None  # None: the tuned heuristic is the policy
     grid: tuple[float, ...] = GRID
-    n_comparisons: int = 1000
-    noise: float = 0.1
-    run_seeds: tuple[int, ...] = (0, 1, 2)
     n_val_seeds: int = 30
-    n_test_seeds: int = 50
-    head_weight: float = 1.0
-    lc_bound: float | None = None
-    batch_bound: float | None = None
-    pool_heuristic: int = 30
-    pool_mpc: int = 10
-    pool_seeds: int = 2
-    pool_seed: int = 0
-    heuristic_params: dict[str, Any] | None = None  # None: the scenario's tuned point
-    cache: str | None = "results/steer/episodes.json"
-    workers: int | None = None
 
     def __post_init__(self) -> None:
         self.grid = tuple(float(g) for g in self.grid)
         self.run_seeds = tuple(int(s) for s in self.run_seeds)
-        if not 2 <= self.n_comparisons <= 1000:
-            raise ValueError(f"--comparisons must be in [2, 1000], got {self.n_comparisons}")
-        if not 0.0 <= self.noise <= 0.5:
-            raise ValueError(f"--noise must be in [0, 0.5], got {self.noise}")
+        check_label_knobs(self)
         for name in ("n_val_seeds", "n_test_seeds", "pool_seeds"):
             v = getattr(self, name)
             if not 1 <= v <= 50:
@@ -92,15 +74,6 @@ class ReserveHeadConfig:
             self.grid = (0.0, *self.grid)  # the policy without the head is always a candidate
         if not (np.isfinite(self.head_weight) and self.head_weight >= 0):
             raise ValueError(f"--head-weight must be finite and >= 0, got {self.head_weight}")
-        for name in ("lc_bound", "batch_bound"):
-            v = getattr(self, name)
-            if v is not None and not 0.0 <= v <= 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} is a violation rate in [0, 1], "
-                                 f"got {v}")
-        if not self.run_seeds:
-            raise ValueError("at least one run seed")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
 
 
 def with_reserve(scn: ScenarioConfig, reserve: float) -> ScenarioConfig:
@@ -122,8 +95,6 @@ def policy_spec(scn: ScenarioConfig, cfg: ReserveHeadConfig) -> ControllerSpec:
     if cfg.checkpoint is not None:
         kind = checkpoint_kind(cfg.checkpoint)  # a ValueError names a bad directory
         return ControllerSpec(kind, {"checkpoint": str(cfg.checkpoint)}, "policy")
-    from cloudrl.scenarios.align import AlignConfig, teacher_params
-
     params = teacher_params(scn, AlignConfig(scenario=scn.name,
                                              heuristic_params=cfg.heuristic_params))
     return ControllerSpec("signal_aware", params, "policy")
@@ -152,8 +123,6 @@ class ReserveHeadResult:
 
 def align_reserve(scn: ScenarioConfig, cfg: ReserveHeadConfig,
                   log: Callable[[str], None] = print) -> ReserveHeadResult:
-    from cloudrl.scenarios.align import AlignConfig, teacher
-
     t0 = time.perf_counter()
     for r in cfg.grid:  # a reserve the fleet cannot hold fails before any episode
         with_reserve(scn, r)
@@ -161,24 +130,8 @@ def align_reserve(scn: ScenarioConfig, cfg: ReserveHeadConfig,
     utility = teacher(AlignConfig(scenario=scn.name, lc_bound=cfg.lc_bound,
                                   batch_bound=cfg.batch_bound))
 
-    # 1. the pool, the labels, the reward model and the head per run seed
-    cache = EpisodeCache(cfg.cache)
-    sc = SteerConfig(scenario=scn.name, utility="safe_cost", pool_heuristic=cfg.pool_heuristic,
-                     pool_mpc=cfg.pool_mpc, pool_seeds=cfg.pool_seeds, pool_seed=cfg.pool_seed)
-    pool = [m for r in cache.play(scn, pool_specs(sc), list(train_seeds(cfg.pool_seeds)),
-                                  cfg.workers) for m in r]
-    feats = features(pool)
-    u_pool = np.array([utility(m) for m in pool])
-    log(f"pool: {len(pool)} episodes, teacher's utility {u_pool.min():.1f}..{u_pool.max():.1f} $"
-        f" ({time.perf_counter() - t0:.0f} s)")
-    learned = {}
-    for rs in cfg.run_seeds:
-        comp = sample_comparisons(u_pool, cfg.n_comparisons, cfg.noise,
-                                  np.random.default_rng([rs, 0xA119]))
-        model, info = learn_reward(feats, comp, seed=rs)
-        head, hinfo = learn_head(feats, FEATURES, comp.a, comp.b, comp.label,
-                                 comp.true_label, seed=rs)
-        learned[rs] = (model, head, info, hinfo, float(comp.flipped.mean()))
+    # 1. the pool, the labels, the reward model and the head per run seed (as ``align``)
+    models, heads, infos = learn_preferences(scn, cfg, utility, log)
 
     # 2. every reserve on the validation seeds; each run seed's pick
     vseeds = list(validation_seeds(cfg.n_val_seeds))
@@ -187,19 +140,18 @@ def align_reserve(scn: ScenarioConfig, cfg: ReserveHeadConfig,
         f"validation seeds ({time.perf_counter() - t0:.0f} s)")
     res = ReserveHeadResult(asdict(cfg), {"kind": spec.kind, "params": spec.params},
                             {f"{r:g}": _means(eps, utility) for r, eps in val.items()})
-    for rs, (model, head, info, hinfo, flipped) in learned.items():
+    for info in infos:
+        rs, model, head = info["run_seed"], models[info["run_seed"]], heads[info["run_seed"]]
         score_r = {r: float(np.mean(model.score(features(eps)))) for r, eps in val.items()}
         score_h = {r: float(np.mean(head.score(features(eps)))) for r, eps in val.items()}
         with_head = max(cfg.grid, key=lambda r: (score_r[r] + cfg.head_weight * score_h[r], -r))
         model_only = max(cfg.grid, key=lambda r: (score_r[r], -r))
         res.runs.append({
-            "run_seed": rs, "flipped": flipped, "reward_model": info, "head": hinfo,
-            "reserve_with_head": with_head, "reserve_reward_model_alone": model_only,
+            **info, "reserve_with_head": with_head, "reserve_reward_model_alone": model_only,
             "validation_scores": {f"{r:g}": {"reward_model": score_r[r], "head": score_h[r]}
                                   for r in cfg.grid}})
-        log(f"run seed {rs}: held-out pair accuracy (true labels) reward model "
-            f"{info['heldout_acc_true']:.3f}, head {hinfo['heldout_acc_true']:.3f}; reserve "
-            f"with the head {with_head:g} cores (the reward model alone: {model_only:g})")
+        log(f"run seed {rs}: reserve with the head {with_head:g} cores (the reward model "
+            f"alone: {model_only:g})")
 
     # 3. test seeds: each chosen reserve and the policy without the head, paired
     tseeds = list(test_seeds(cfg.n_test_seeds))
