@@ -131,6 +131,7 @@ class ScenarioSim:
         self.cores = fleet.cpu_cap * largest
         self.fleet_cores = float(self.cores.sum())
         self.max_job_cores = float(self.cores.max())
+        self._largest = self.cores >= self.max_job_cores - _EPS  # the largest tier's servers
         self.p_idle = fleet.p_idle.copy()
         self.p_span = fleet.p_max - fleet.p_idle
         self.exponent = fleet.exponent.copy()
@@ -328,7 +329,7 @@ class ScenarioSim:
         kept: list[int] = []
         cores, cls = self._cores, self._cls
         reserve = self.cfg.executor.lc_reserve_cores
-        largest = self.cores >= self.max_job_cores - _EPS
+        largest = self._largest
         for idx, j in enumerate(q):
             c = cores[j]
             if c > max_free + _EPS:
@@ -474,14 +475,14 @@ class ScenarioSim:
         """The active server of the largest tier that batch work must leave to latency-
         critical jobs: the only one with ``reserve`` free cores (-1 if there are several or
         none)."""
-        roomy = np.flatnonzero((self.state == ACTIVE) & (self.cores >= self.max_job_cores - _EPS)
+        roomy = np.flatnonzero((self.state == ACTIVE) & self._largest
                                & (self.cores - self.used >= reserve - _EPS))
         return int(roomy[0]) if len(roomy) == 1 else -1
 
     def _reserve_held(self, reserve: float) -> bool:
         """Whether a server of the largest tier has ``reserve`` free cores now, or is waking."""
         s = self.state
-        largest = self.cores >= self.max_job_cores - _EPS
+        largest = self._largest
         waking = (s == RESUMING) | (s == BOOTING)
         return bool(((largest & (s == ACTIVE) & (self.cores - self.used >= reserve - _EPS))
                      | (largest & waking)).any())
