@@ -439,3 +439,124 @@ def test_a_bad_gate_margin_in_a_checkpoint_is_one_line_naming_it(
     err = _one_line_error(capsys, ["scenarios", "evaluate", "--scenario", "tiny",
                                    "--checkpoint", str(copy), "--n-seeds", "1"])
     assert "gate_margin" in err and str(copy) in err
+
+
+# -- evolution strategies on a Q-network checkpoint (``gated_dqn_margin_es``) ----------------
+ES_TINY = dict(iterations=2, pairs=2, seeds_per_candidate=1, eval_every=1, n_val_seeds=1,
+               workers=1, sigma=0.5)
+
+
+def _module_state(path: Path) -> dict[str, np.ndarray]:
+    import pickle
+
+    from cloudrl.checkpoint_policy import MODULE_SUBDIR
+
+    with (path / MODULE_SUBDIR / "module_state.pkl").open("rb") as f:
+        return pickle.load(f)
+
+
+def test_es_on_the_gated_q_head_writes_a_checkpoint_with_the_kept_weights(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The search moves only the Q head's last layer, writes the kept weights into the
+    module state (online and target copies), keeps the margin, leaves the start as it was,
+    and its checkpoint plays in ``scenarios evaluate``; a rerun is recognised only for the
+    same config and start."""
+    from dataclasses import replace
+
+    from cloudrl.algorithms.es.config import ESConfig
+    from cloudrl.checkpoint_policy import read_meta
+    from cloudrl.scenarios import gated_es
+    from cloudrl.scenarios.rl_policy import load_rl_controller
+    from envs.scenario.catalog import load_scenario
+
+    start = tmp_path / "start"
+    import shutil
+
+    shutil.copytree(trained["gated_dqn"][0], start)
+    meta = read_meta(start)
+    (start / "cloudrl.json").write_text(json.dumps({**meta, "gate_margin": 0.05}))
+    before = _module_state(start)
+    cfg = ESConfig(**ES_TINY, run_seed=1)
+    scn = load_scenario("tiny")
+    res = gated_es.train_to_dir(scn, start, cfg, tmp_path / "es", log=lambda _: None)
+    out = tmp_path / "es"
+    after = _module_state(out)
+    assert _module_state(start).keys() == before.keys()
+    assert all(np.array_equal(_module_state(start)[k], v) for k, v in before.items())
+    moved = {k for k in before if not np.array_equal(before[k], after[k])}
+    if res.kept_iteration > 0:
+        assert moved == {"af.2.weight", "af.2.bias", "_target_af.2.weight",
+                         "_target_af.2.bias"}
+        assert np.array_equal(after["af.2.weight"], after["_target_af.2.weight"])
+    else:
+        assert moved == set()
+    ctrl = load_rl_controller(out)
+    assert ctrl.margin == 0.05
+    kept = ctrl.module.state_dict()
+    assert np.allclose(kept["af.2.weight"].numpy(), after["af.2.weight"])
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["init_digest"] == gated_es.start_digest(start) and m["config"] == cfg.to_dict()
+    assert m["episodes"] == res.episodes == 3 * 1 + 2 * 2 * 2 * 1
+    assert read_meta(out)["es"] == cfg.to_dict()
+    assert gated_es.trained(out, scn, cfg, start)
+    assert not gated_es.trained(out, scn, replace(cfg, run_seed=2), start)
+    (start / "cloudrl.json").write_text(json.dumps({**meta, "gate_margin": 0.1}))
+    assert not gated_es.trained(out, scn, cfg, start)  # another margin: another start
+    capsys.readouterr()
+    assert cli.main(["scenarios", "evaluate", "--scenario", "tiny", "--policy",
+                     "signal_aware", "--checkpoint", str(out), "--split", "validation",
+                     "--n-seeds", "1", "--workers", "1"]) == 0
+    assert "signal_aware" in capsys.readouterr().out
+
+
+def test_es_under_a_constant_objective_keeps_the_gated_start(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]]) -> None:
+    from cloudrl.algorithms.es.algorithm import es_finetune
+    from cloudrl.algorithms.es.config import ESConfig
+    from cloudrl.scenarios.rl_policy import load_rl_controller
+    from envs.scenario.catalog import load_scenario
+
+    path = str(trained["gated_dqn"][0])
+    res = es_finetune(load_scenario("tiny"), path, ESConfig(**ES_TINY), log=lambda _: None,
+                      objective=lambda m: 1.0, loader=load_rl_controller)
+    start = load_rl_controller(path).module.state_dict()
+    assert res.kept_iteration == 0
+    assert all(np.array_equal(v.numpy(), start[k].numpy())
+               for k, v in res.module.state_dict().items())
+
+
+def test_es_cli_on_an_rllib_checkpoint_refuses_what_it_cannot_search(
+        trained: dict[str, tuple[Path, list[dict[str, float]]]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """BDQ has branch heads, not one Q head: one line naming ``--params``; the start as
+    ``--out``: one line; nothing written either time."""
+    base = ["scenarios", "es", "--scenario", "tiny", "--iterations", "1"]
+    err = _one_line_error(capsys, [*base, "--init-checkpoint", str(trained["bdq"][0]),
+                                   "--out", str(tmp_path / "x")])
+    assert "--params" in err and not (tmp_path / "x").exists()
+    gated = str(trained["gated_dqn"][0])
+    err = _one_line_error(capsys, [*base, "--init-checkpoint", gated, "--out", gated])
+    assert "start itself" in err
+
+
+def test_the_headline_family_fine_tunes_the_gated_run_with_its_margin(
+        ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gated_dqn_margin_es``: the ``gated_dqn_margin`` run of the same out-dir (its
+    margin chosen), its Q head searched; a second call reuses all three steps."""
+    from cloudrl.checkpoint_policy import read_meta
+    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, available_families, tiny
+    from envs.scenario.catalog import load_scenario
+
+    cfg = tiny(ScenarioHeadlineConfig(out_dir=str(tmp_path), workers=1, es_iterations=1))
+    train = available_families({"quantile": 0.4})["gated_dqn_margin_es"]
+    out = tmp_path / "tiny" / "gated_dqn_margin_es" / "run0"
+    spec = train(load_scenario("tiny"), cfg, {}, 0, out)
+    assert spec.kind == "rllib" and spec.params["checkpoint"] == str(out.resolve())
+    start = read_meta(tmp_path / "tiny" / "gated_dqn_margin" / "run0")
+    meta = read_meta(out)
+    assert meta["gate_margin"] == start["gate_margin"] and meta["es"]["iterations"] == 1
+    assert meta["es"]["n_val_seeds"] == cfg.n_val_seeds
+    capsys.readouterr()
+    assert train(load_scenario("tiny"), cfg, {}, 0, out) == spec
+    assert "same scenario, config and start" in capsys.readouterr().out

@@ -320,17 +320,28 @@ def _cmd_es(args: argparse.Namespace) -> int:
     from cloudrl.algorithms.distill.policy import CheckpointError, load_checkpoint
     from cloudrl.algorithms.es.command import train_to_dir
     from cloudrl.algorithms.es.config import ESConfig
+    from cloudrl.scenarios import gated_es
 
     cfg = load_scenario(args.scenario)
+    rllib = gated_es.is_rllib_checkpoint(args.init_checkpoint)
     try:
-        load_checkpoint(args.init_checkpoint)
         ec = ESConfig(**{k: getattr(args, k) for k in (
             "run_seed", "iterations", "pairs", "seeds_per_candidate", "sigma", "lr",
             "eval_every", "n_val_seeds", "params", "workers")})
+        if rllib:
+            gated_es.check_start(args.init_checkpoint, ec.params)
+            if Path(args.out).resolve() == Path(args.init_checkpoint).resolve():
+                raise ValueError(f"--out {args.out} is the start itself: write the "
+                                 f"fine-tune elsewhere")
+        else:
+            load_checkpoint(args.init_checkpoint)
     except (ValueError, TypeError, CheckpointError) as e:
         return _fail(f"es: {e}")
-    train_to_dir(cfg, args.init_checkpoint, ec, args.out,
-                 command=" ".join(["cloudrl", *sys.argv[1:]]))
+    command = " ".join(["cloudrl", *sys.argv[1:]])
+    if rllib:
+        gated_es.train_to_dir(cfg, args.init_checkpoint, ec, args.out, command=command)
+    else:
+        train_to_dir(cfg, args.init_checkpoint, ec, args.out, command=command)
     return 0
 
 
@@ -517,7 +528,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "strategies (train seeds; the start competes on validation)")
     es.add_argument("--scenario", required=True)
     es.add_argument("--init-checkpoint", required=True,
-                    help="the checkpoint to start from (from 'cloudrl scenarios distill')")
+                    help="the checkpoint to start from: a distilled policy ('cloudrl "
+                         "scenarios distill') or a Q-network of 'cloudrl train --scenario' "
+                         "(e.g. the gated DQN, played with its margin)")
     es.add_argument("--out", required=True, help="checkpoint directory to write")
     es.add_argument("--run-seed", type=int, default=0, help="seeds the perturbations and "
                                                             "the train seeds drawn")
@@ -531,7 +544,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="iterations between validation scores")
     es.add_argument("--n-val-seeds", type=int, default=10,
                     help="validation seeds that pick the iteration kept")
-    es.add_argument("--params", default="head", help="head (the logits layer) or all")
+    es.add_argument("--params", default="head", help="head (the logits layer, or the Q "
+                                                     "head's last layer) or all")
     es.add_argument("--workers", type=int, default=None)
     es.set_defaults(func=_cmd_es)
     from cloudrl.scenarios.steer_cli import add_steer_parser

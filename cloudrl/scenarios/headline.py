@@ -15,7 +15,9 @@ seeds, the claim on the held-out test seeds):
    the RLlib families ``bdq``, ``dqn``, ``ppo`` and ``gated_dqn``, the DQN that picks a
    preset of the tuned signal-aware rule every decision period; ``gated_dqn_margin``: its
    run leaving the rule only for a preset whose Q-value beats the rule's by a margin chosen
-   on validation seeds) once per run seed;
+   on validation seeds; ``gated_dqn_margin_es``: that run's Q head then fine-tuned on the
+   true cost by evolution strategies, :mod:`cloudrl.scenarios.gated_es`) once per run
+   seed;
 3. select the family by the median over its run seeds of the validation cost;
 4. play the heuristic, the MPC, the oracle and every run of the selected family on the
    test seeds, paired by seed; report each run, and claim the **median run** (by its test
@@ -212,6 +214,23 @@ def _trained(out: Path, scn: ScenarioConfig, config: dict[str, Any],
             and manifest.get("scenario_config") == same["s"])
 
 
+def _es_config(cfg: ScenarioHeadlineConfig, run_seed: int) -> Any:
+    """The evolution-strategies search of every ``*_es`` family's run ``run_seed``."""
+    from cloudrl.algorithms.es.config import ESConfig
+
+    return ESConfig(run_seed=run_seed, iterations=cfg.es_iterations, pairs=cfg.es_pairs,
+                    seeds_per_candidate=1 if cfg.tiny else 4,
+                    eval_every=1 if cfg.tiny else 5, n_val_seeds=cfg.n_val_seeds,
+                    workers=cfg.workers)
+
+
+def _es_command(scn: ScenarioConfig, start: Path, out: Path, ec: Any) -> str:
+    return (f"cloudrl scenarios es --scenario {scn.name} --init-checkpoint {start} "
+            f"--out {out} --run-seed {ec.run_seed} --iterations {ec.iterations} --pairs "
+            f"{ec.pairs} --seeds-per-candidate {ec.seeds_per_candidate} --eval-every "
+            f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}")
+
+
 def _train_es(base: str) -> Trainer:
     """Family ``base``'s run (trained, or reused from ``base``'s own directory), then
     fine-tuned on the true cost by evolution strategies; the start competes on validation
@@ -220,24 +239,40 @@ def _train_es(base: str) -> Trainer:
     def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
                   run_seed: int, out: Path) -> ControllerSpec:
         from cloudrl.algorithms.es.command import train_to_dir, weights_digest
-        from cloudrl.algorithms.es.config import ESConfig
 
         start = out.parent.parent / base / f"run{run_seed}"
         available_families()[base](scn, cfg, mpc_params, run_seed, start)
-        ec = ESConfig(run_seed=run_seed, iterations=cfg.es_iterations, pairs=cfg.es_pairs,
-                      seeds_per_candidate=1 if cfg.tiny else 4,
-                      eval_every=1 if cfg.tiny else 5, n_val_seeds=cfg.n_val_seeds,
-                      workers=cfg.workers)
-        cmd = (f"cloudrl scenarios es --scenario {scn.name} --init-checkpoint {start} "
-               f"--out {out} --run-seed {run_seed} --iterations {ec.iterations} --pairs "
-               f"{ec.pairs} --seeds-per-candidate {ec.seeds_per_candidate} --eval-every "
-               f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}")
+        ec = _es_config(cfg, run_seed)
         if _trained(out, scn, ec.to_dict(), init_digest=weights_digest(start)):
             print(f"reusing {out}: trained earlier with the same scenario and config",
                   flush=True)
         else:
-            train_to_dir(scn, start, ec, out, command=cmd)
+            train_to_dir(scn, start, ec, out, command=_es_command(scn, start, out, ec))
         return ControllerSpec("learned", {"checkpoint": str(out)}, f"{base}_es-run{run_seed}")
+
+    return train_one
+
+
+def _train_gated_es(heuristic_params: dict[str, Any] | None = None) -> Trainer:
+    """``gated_dqn_margin``'s run (trained, or reused from its own directory) with its
+    margin, then its Q head fine-tuned on the true cost by evolution strategies
+    (:mod:`cloudrl.scenarios.gated_es`); the start competes on validation seeds."""
+
+    def train_one(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig, mpc_params: dict,
+                  run_seed: int, out: Path) -> ControllerSpec:
+        from cloudrl.scenarios import gated_es
+
+        start = out.parent.parent / "gated_dqn_margin" / f"run{run_seed}"
+        _train_gated_margin(heuristic_params)(scn, cfg, mpc_params, run_seed, start)
+        ec = _es_config(cfg, run_seed)
+        if gated_es.trained(out, scn, ec, start):
+            print(f"reusing {out}: trained earlier with the same scenario, config and start",
+                  flush=True)
+        else:
+            gated_es.train_to_dir(scn, start, ec, out,
+                                  command=_es_command(scn, start, out, ec))
+        return ControllerSpec("rllib", {"checkpoint": str(out.resolve())},
+                              f"gated_dqn_margin_es-run{run_seed}")
 
     return train_one
 
@@ -359,7 +394,8 @@ def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[s
     --scenario`` (BDQ on the branching env, DQN and PPO on the flat one, the gated DQN over
     the signal-aware rule at ``heuristic_params``, the same trained with dearer SLA
     penalties, ``gated_dqn_safe``, and the gated DQN with a margin over the rule chosen on
-    validation seeds, ``gated_dqn_margin``)."""
+    validation seeds, ``gated_dqn_margin``, and that run's Q head fine-tuned on the true
+    cost, ``gated_dqn_margin_es``)."""
     distilled = {"distill": _train_distill, "distill_default": _train_distill_default,
                  "distill_fine": _train_distill_fine,
                  "distill_fine_ready": _train_distill_fine_ready}
@@ -367,7 +403,8 @@ def available_families(heuristic_params: dict[str, Any] | None = None) -> dict[s
             "bdq": _train_rllib("bdq"), "dqn": _train_rllib("dqn"), "ppo": _train_rllib("ppo"),
             "gated_dqn": _train_rllib("gated_dqn", heuristic_params),
             "gated_dqn_safe": _train_rllib("gated_dqn", heuristic_params, safe=True),
-            "gated_dqn_margin": _train_gated_margin(heuristic_params)}
+            "gated_dqn_margin": _train_gated_margin(heuristic_params),
+            "gated_dqn_margin_es": _train_gated_es(heuristic_params)}
 
 
 # --- the pipeline ---------------------------------------------------------------------------

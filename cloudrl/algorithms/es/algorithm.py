@@ -14,6 +14,12 @@ Gaussian perturbations, centred-rank fitness shaping, Adam), the policy kept gre
 
 Episodes run in worker processes (spawned: they run torch), each holding the scenario's
 simulator and a copy of the module; a job sends one parameter vector and one seed.
+
+The policy is whatever ``loader(checkpoint)`` returns: a scenario controller with a
+``module`` (default: the distilled policy,
+:func:`~cloudrl.algorithms.distill.policy.load_controller`; the headline passes the RLlib
+loader to fine-tune a gated DQN's Q-values). ``loader`` must
+be a module-level function: the workers are spawned and receive it by name.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from cloudrl.protocol import train_seeds, validation_seeds
 from envs.scenario.config import ScenarioConfig
 
 Objective = Callable[[dict[str, float]], float]
+Loader = Callable[[str], Any]  # checkpoint -> a scenario controller with a ``module``
 
 _WORKER: dict[str, Any] = {}
 
@@ -40,11 +47,32 @@ def _cost(metrics: dict[str, float]) -> float:
     return float(metrics["cost_usd"])
 
 
+def output_layer(module: torch.nn.Module) -> torch.nn.Module:
+    """The layer whose outputs the greedy policy compares: a distilled policy's logits
+    layer, a PPO module's last policy layer (``pi``) or a Q-network's last advantage layer
+    (``af``; a dueling value stream adds the same number to every action, so it never
+    changes the argmax). A ValueError for any other module (BDQ's branch heads)."""
+    if hasattr(module, "logits"):
+        return module.logits
+    for name in ("af", "pi"):
+        net = getattr(module, name, None)
+        if isinstance(net, torch.nn.Sequential) and isinstance(net[-1], torch.nn.Linear):
+            return net[-1]
+    raise ValueError(f"{type(module).__name__} has no logits layer or Q head to fine-tune "
+                     f"(--params head); use --params all")
+
+
 def tuned_parameters(module: torch.nn.Module, which: str) -> list[torch.nn.Parameter]:
-    """The parameters the search moves: the logits layer (``head``) or all of them."""
+    """The parameters the search moves: the output layer (``head``) or all of them."""
     if which == "head":
-        return list(module.logits.parameters())
+        return list(output_layer(module).parameters())
     return list(module.parameters())
+
+
+def _distilled(checkpoint: str) -> Any:
+    from cloudrl.algorithms.distill.policy import load_controller
+
+    return load_controller(checkpoint)
 
 
 def _exit_with(parent: int) -> None:
@@ -61,17 +89,16 @@ def _exit_with(parent: int) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _init(scn: ScenarioConfig, checkpoint: str, which: str, parent: int | None = None
-          ) -> None:
+def _init(scn: ScenarioConfig, checkpoint: str, which: str, parent: int | None = None,
+          loader: Loader = _distilled) -> None:
     if parent is not None:
         _exit_with(parent)
-    from cloudrl.algorithms.distill.policy import load_controller
     from cloudrl.quiet import quiet_library_logs
     from envs.scenario.sim import ScenarioSim
 
     quiet_library_logs()
     torch.set_num_threads(1)
-    ctrl = load_controller(checkpoint)
+    ctrl = loader(checkpoint)
     _WORKER.update(sim=ScenarioSim(scn), ctrl=ctrl,
                    params=tuned_parameters(ctrl.module, which))
 
@@ -88,10 +115,11 @@ def _play(job: tuple[np.ndarray, int]) -> dict[str, float]:
 class _Players:
     """Plays (parameter vector, seed) jobs in worker processes, or in-process for one."""
 
-    def __init__(self, scn: ScenarioConfig, checkpoint: str, which: str, workers: int) -> None:
+    def __init__(self, scn: ScenarioConfig, checkpoint: str, which: str, workers: int,
+                 loader: Loader = _distilled) -> None:
         self.pool = None
         if workers == 1:
-            _init(scn, checkpoint, which)
+            _init(scn, checkpoint, which, loader=loader)
         else:
             import multiprocessing
             import os
@@ -101,7 +129,7 @@ class _Players:
             quiet_library_logs()
             self.pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"),
                                             initializer=_init,
-                                            initargs=(scn, checkpoint, which, os.getpid()))
+                                            initargs=(scn, checkpoint, which, os.getpid(), loader))
 
     def play(self, jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, float]]:
         if self.pool is None:
@@ -131,23 +159,21 @@ class ESResult:
 
 
 def es_finetune(scn: ScenarioConfig, init_checkpoint: str, cfg: ESConfig,
-                log: Callable[[str], None] = print, objective: Objective | None = None
-                ) -> ESResult:
+                log: Callable[[str], None] = print, objective: Objective | None = None,
+                loader: Loader = _distilled) -> ESResult:
     """Fine-tune ``init_checkpoint`` on ``scn`` (see the module docstring)."""
     import os
 
-    from cloudrl.algorithms.distill.policy import load_checkpoint
-
     t0 = time.perf_counter()
     objective = objective or _cost
-    module, _ = load_checkpoint(init_checkpoint)
+    module = loader(str(init_checkpoint)).module
     params = tuned_parameters(module, cfg.params)
     theta = torch.nn.utils.parameters_to_vector(params).detach().double().numpy().copy()
     rng = np.random.default_rng(cfg.run_seed)
     pool_seeds = list(train_seeds(50))
     val = list(validation_seeds(cfg.n_val_seeds))
     workers = cfg.workers or max(1, min(os.cpu_count() or 1, 2 * cfg.pairs))
-    players = _Players(scn, str(init_checkpoint), cfg.params, workers)
+    players = _Players(scn, str(init_checkpoint), cfg.params, workers, loader)
     adam_m, adam_v = np.zeros_like(theta), np.zeros_like(theta)
     history: list[dict[str, Any]] = []
     kept: list[tuple[float, int, np.ndarray]] = []

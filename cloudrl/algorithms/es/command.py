@@ -28,6 +28,24 @@ def weights_digest(checkpoint: str | Path) -> str:
     return hashlib.sha256((Path(checkpoint) / "policy.pt").read_bytes()).hexdigest()
 
 
+def es_manifest(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig,
+                res: ESResult, command: str, t0: float, init_digest: str) -> dict:
+    """A fine-tune's ``manifest.json``: the command, commit, the start and its digest, the
+    seeds of every iteration, the validation scores, wall time (since ``t0``) and machine."""
+    return {
+        "command": command, **source_state(),
+        "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
+        "run_seed": cfg.run_seed, "init_checkpoint": str(init_checkpoint),
+        "init_digest": init_digest,
+        "seeds": {"train": sorted({s for h in res.history for s in h.get("seeds", [])}),
+                  "validation": list(validation_seeds(cfg.n_val_seeds)), "test": []},
+        "config": cfg.to_dict(), "kept_iteration": res.kept_iteration,
+        "history": res.history, "episodes": res.episodes,
+        "wall_s": time.perf_counter() - t0, "machine": machine(),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (
+            time.perf_counter() - t0)))}
+
+
 def train_to_dir(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig,
                  out: str | Path, command: str = "", objective: Objective | None = None,
                  log: Callable[[str], None] = print) -> ESResult:
@@ -42,18 +60,8 @@ def train_to_dir(scn: ScenarioConfig, init_checkpoint: str | Path, cfg: ESConfig
                           {"scenario": scn.name, "config": spec.get("config", {}),
                            "es": cfg.to_dict(), "init_checkpoint": str(init_checkpoint)},
                           release_levels_of(spec), ready_margins_of(spec))
-    manifest = {
-        "command": command, **source_state(),
-        "scenario": scn.name, "scenario_config": scn.model_dump(mode="json"),
-        "run_seed": cfg.run_seed, "init_checkpoint": str(init_checkpoint),
-        "init_digest": weights_digest(init_checkpoint),
-        "seeds": {"train": sorted({s for h in res.history for s in h.get("seeds", [])}),
-                  "validation": list(validation_seeds(cfg.n_val_seeds)), "test": []},
-        "config": cfg.to_dict(), "kept_iteration": res.kept_iteration,
-        "history": res.history, "episodes": res.episodes,
-        "wall_s": time.perf_counter() - t0, "machine": machine(),
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (
-            time.perf_counter() - t0)))}
+    manifest = es_manifest(scn, init_checkpoint, cfg, res, command, t0,
+                           weights_digest(init_checkpoint))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     log(f"wrote {out} (iteration {res.kept_iteration}, {manifest['wall_s']:.0f} s, "
         f"{res.episodes} episodes)")
