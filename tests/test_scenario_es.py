@@ -235,3 +235,23 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_the_headline_es_step_moves_what_es_params_names():
+    from pathlib import Path
+
+    from cloudrl.scenarios.headline import (
+        ScenarioHeadlineConfig,
+        _es_command,
+        _es_config,
+    )
+
+    scn = load_scenario("tiny")
+    for params in ("head", "all"):
+        cfg = ScenarioHeadlineConfig(scenario="tiny", es_params=params, tiny=True)
+        ec = _es_config(cfg, 1)
+        assert ec.params == params and ec.run_seed == 1
+        cmd = _es_command(scn, Path("a"), Path("b"), ec)
+        assert ("--params all" in cmd) == (params == "all")
+    with pytest.raises(ValueError, match="es-params"):
+        ScenarioHeadlineConfig(scenario="tiny", es_params="trunk", tiny=True)

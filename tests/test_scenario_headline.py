@@ -111,6 +111,7 @@ def test_table_marks_the_claimed_run():
       "--families", "gated_dqn"], "distilled families only"),
     (["headline", "--scenario", "tiny", "--override", '{"executor": {"lc_reserve_cores": 8}}',
       "--families", "distill", "--publish", "x"], "no --publish"),
+    (["headline", "--scenario", "tiny", "--es-params", "trunk"], "--es-params"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--n-servers", "0"], "--n-servers 0"),
     (["evaluate", "--scenario", "tiny", "--n-servers", "5000"], "--n-servers 5000"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "rllib"], "--checkpoint"),

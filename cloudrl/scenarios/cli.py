@@ -368,7 +368,7 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
                                          "tracking_uri", "rl_env_steps", "expert_seeds",
                                          "dagger_rounds", "dagger_seeds",
                                          "distill_val_seeds", "es_iterations", "es_pairs",
-                                         "safe_sla_weight")
+                                         "es_params", "safe_sla_weight")
           if getattr(args, k) is not None}
     if args.run_seeds is not None:
         kw["run_seeds"] = tuple(args.run_seeds)
@@ -439,6 +439,9 @@ def extend_headline(head: argparse.ArgumentParser) -> None:
                    help="evolution-strategies iterations per *_es run (default 20)")
     g.add_argument("--es-pairs", type=int,
                    help="antithetic pairs per evolution-strategies iteration (default 8)")
+    g.add_argument("--es-params",
+                   help="what the evolution strategies move: head (the output layer, the "
+                        "default) or all (every weight)")
     g.add_argument("--run-seeds", type=int, nargs="+", help="training run seeds (default 0 1 2)")
     g.add_argument("--publish", metavar="DIR", help="copy the claimed run's checkpoint here "
                                                     "(e.g. checkpoints/NAME)")

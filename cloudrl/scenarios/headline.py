@@ -78,6 +78,7 @@ class ScenarioHeadlineConfig:
     distill_val_seeds: int = 4  # validation seeds that pick a distillation run's DAgger round
     es_iterations: int = 20  # per ``*_es`` run (20 x 64 episodes: ~7 min on 2 cores at N=50)
     es_pairs: int = 8
+    es_params: str = "head"  # what every ``*_es`` search moves: the output layer, or "all"
     out_dir: str = "results/headline_scenario"
     publish: str | None = None  # copy the claimed run's checkpoint here
     headline_json: str | None = None  # merge the row into this headline.json
@@ -111,6 +112,8 @@ class ScenarioHeadlineConfig:
             read_params(self.params_from, self.scenario)  # a bad file fails before any work
         if not self.run_seeds:
             raise ValueError("headline: at least one run seed")
+        if self.es_params not in ("head", "all"):
+            raise ValueError(f"headline: --es-params must be head or all, got {self.es_params!r}")
         bad = [f for f in self.families if f not in available_families()]
         if bad:
             raise ValueError(f"headline: unknown family {bad[0]!r}; valid: "
@@ -221,14 +224,15 @@ def _es_config(cfg: ScenarioHeadlineConfig, run_seed: int) -> Any:
     return ESConfig(run_seed=run_seed, iterations=cfg.es_iterations, pairs=cfg.es_pairs,
                     seeds_per_candidate=1 if cfg.tiny else 4,
                     eval_every=1 if cfg.tiny else 5, n_val_seeds=cfg.n_val_seeds,
-                    workers=cfg.workers)
+                    params=cfg.es_params, workers=cfg.workers)
 
 
 def _es_command(scn: ScenarioConfig, start: Path, out: Path, ec: Any) -> str:
     return (f"cloudrl scenarios es --scenario {scn.name} --init-checkpoint {start} "
             f"--out {out} --run-seed {ec.run_seed} --iterations {ec.iterations} --pairs "
             f"{ec.pairs} --seeds-per-candidate {ec.seeds_per_candidate} --eval-every "
-            f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}")
+            f"{ec.eval_every} --n-val-seeds {ec.n_val_seeds}"
+            + ("" if ec.params == "head" else f" --params {ec.params}"))
 
 
 def _train_es(base: str) -> Trainer:
