@@ -349,3 +349,19 @@ def test_the_margin_pick_is_the_cheapest_candidate_that_keeps_sla(cands):
     assert best["cost_usd"] == min(r["cost_usd"] for r in rows if r["keeps_sla"]) <= 50.0
     if all(not k or c > 50.0 for _, c, k in cands):
         assert best["margin"] == RULE  # nothing cheaper keeps SLA: the rule itself
+
+
+def test_a_republished_checkpoint_keeps_the_provenance_of_its_parameters(tmp_path):
+    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, _provenance
+
+    tuned = "tuned by 'cloudrl headline --scenario tiny' (tuned on 8 validation seeds)"
+    refs = tmp_path / "references.json"
+    refs.write_text(json.dumps({"source": tuned, "signal_aware": {}, "mpc": {}}))
+    cfg = ScenarioHeadlineConfig(scenario="tiny", params_from=str(refs), tiny=True)
+    once = _provenance(cfg, "tiny", "reused from elsewhere")
+    assert once.startswith(tuned) and once.endswith("--params-from'")
+    refs.write_text(json.dumps({"source": once, "signal_aware": {}, "mpc": {}}))
+    assert _provenance(cfg, "tiny", "reused from elsewhere") == once  # not appended twice
+    fresh = ScenarioHeadlineConfig(scenario="tiny", tiny=True)
+    assert _provenance(fresh, "tiny", "tuned on 2 seeds") == \
+        "tuned by 'cloudrl headline --scenario tiny' (tuned on 2 seeds)"

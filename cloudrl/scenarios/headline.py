@@ -462,6 +462,21 @@ def _tuned_params(scn: ScenarioConfig, cfg: ScenarioHeadlineConfig) -> tuple[dic
         f"{cfg.mpc_samples} MPC points)")
 
 
+def _provenance(cfg: ScenarioHeadlineConfig, scenario: str, tuned_how: str) -> str:
+    """Where the published parameters came from: the tuning of this run, or the ``source``
+    of the ``--params-from`` file they were reused from (so a republished checkpoint keeps
+    the tuning that found them)."""
+    reused = f"reused by 'cloudrl headline --scenario {scenario} --params-from'"
+    if cfg.params_from:
+        try:
+            source = json.loads(Path(cfg.params_from).read_text()).get("source")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if isinstance(source, str) and source:
+            return source if source.endswith(reused) else f"{source}; {reused}"
+    return f"tuned by 'cloudrl headline --scenario {scenario}' ({tuned_how})"
+
+
 def _costs(res: list[dict[str, float]], key: str = "cost_usd") -> np.ndarray:
     return np.array([m[key] for m in res], float)
 
@@ -553,7 +568,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
             shutil.rmtree(dest)
         shutil.copytree(checkpoint, dest, ignore=shutil.ignore_patterns("*.npz"))
         (dest / "references.json").write_text(json.dumps({
-            "source": f"tuned by 'cloudrl headline --scenario {scn.name}' ({tuned_how})",
+            "source": _provenance(cfg, scn.name, tuned_how),
             "signal_aware": heur_p, "mpc": mpc_p}, indent=2) + "\n")
         checkpoint = str(dest)
     mean = {s.name: {k: float(np.mean([m[k] for m in by[s.name]]))
