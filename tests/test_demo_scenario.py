@@ -78,6 +78,24 @@ def test_verdict_says_plainly_when_the_learned_policy_loses(played):
     assert "beats the tuned heuristic" in v and "beats the forecast MPC" in v
 
 
+def test_verdict_says_when_the_learned_policy_costs_less_than_the_oracle(played):
+    from cloudrl.scenarios.demo import ORACLE
+
+    demo = copy.copy(played)
+    oracle = next(r for r in demo.rows if r["policy"] == ORACLE)["cost_usd"]
+    rows = [dict(r) for r in demo.rows]
+    for r in rows:
+        if r["policy"] == "learned":
+            r["cost_usd"] = oracle + 1.0
+    demo.rows = rows
+    assert "oracle" not in verdict(demo)
+    for r in rows:
+        if r["policy"] == "learned":
+            r["cost_usd"] = oracle - 1.0
+    v = verdict(demo)
+    assert "costs less than the oracle" in v and "not a lower bound" in v
+
+
 def test_demo_cli_scenario_part_logs_to_mlflow(checkpoint, tmp_path, capsys):
     from cloudrl import tracking
 

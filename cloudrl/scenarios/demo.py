@@ -155,5 +155,11 @@ def verdict(demo: ScenarioDemo) -> str:
         m = f"and is significantly more expensive than the forecast MPC ({_ci(vm)})"
     else:
         m = f"and is not distinguishable from the forecast MPC ({_ci(vm)})"
-    return (f"On {demo.n_seeds} test seeds of {demo.scenario}, the learned policy "
-            f"({demo.checkpoint}) {h}, {m}; differences in % of the heuristic's cost.")
+    out = (f"On {demo.n_seeds} test seeds of {demo.scenario}, the learned policy "
+           f"({demo.checkpoint}) {h}, {m}; differences in % of the heuristic's cost.")
+    cost = {r["policy"]: r["cost_usd"] for r in demo.rows}
+    if ORACLE in cost and "learned" in cost and cost["learned"] < cost[ORACLE]:
+        out += (f" It also costs less than the oracle (${cost['learned']:.2f} against "
+                f"${cost[ORACLE]:.2f}): the oracle replays one plan made on the real future "
+                f"through the simulator, so it is a reference, not a lower bound.")
+    return out
