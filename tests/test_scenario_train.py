@@ -538,6 +538,11 @@ def test_es_cli_on_an_rllib_checkpoint_refuses_what_it_cannot_search(
     gated = str(trained["gated_dqn"][0])
     err = _one_line_error(capsys, [*base, "--init-checkpoint", gated, "--out", gated])
     assert "start itself" in err
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("keep me")
+    err = _one_line_error(capsys, [*base, "--init-checkpoint", gated, "--out", str(keep)])
+    assert "not a checkpoint" in err and (keep / "mine.txt").read_text() == "keep me"
 
 
 def test_the_headline_family_fine_tunes_the_gated_run_with_its_margin(

@@ -330,9 +330,7 @@ def _cmd_es(args: argparse.Namespace) -> int:
             "eval_every", "n_val_seeds", "params", "workers")})
         if rllib:
             gated_es.check_start(args.init_checkpoint, ec.params)
-            if Path(args.out).resolve() == Path(args.init_checkpoint).resolve():
-                raise ValueError(f"--out {args.out} is the start itself: write the "
-                                 f"fine-tune elsewhere")
+            gated_es.check_out(args.init_checkpoint, args.out)
         else:
             load_checkpoint(args.init_checkpoint)
     except (ValueError, TypeError, CheckpointError) as e:

@@ -62,14 +62,24 @@ def check_start(path: str | Path, params: str) -> None:
         output_layer(module)
 
 
+def check_out(src: str | Path, out: str | Path) -> None:
+    """A ValueError unless ``out`` may be (over)written: not the start itself, and either
+    absent, empty or an RLlib checkpoint (a fine-tune written there before)."""
+    src, out = Path(src), Path(out)
+    if out.resolve() == src.resolve():
+        raise ValueError(f"--out {out} is the start itself: write the fine-tune elsewhere")
+    if out.exists() and not (out.is_dir() and (is_rllib_checkpoint(out)
+                                               or not any(out.iterdir()))):
+        raise ValueError(f"--out {out} exists and is not a checkpoint: it would be replaced")
+
+
 def write_checkpoint(src: str | Path, out: str | Path, module: object,
                      note: dict) -> Path:
     """``src`` copied to ``out`` with ``module``'s weights in its module state and ``note``
     merged into its ``cloudrl.json``; a layer whose weights changed gets them in its
     target copy too."""
     src, out = Path(src), Path(out)
-    if out.resolve() == src.resolve():
-        raise ValueError(f"--out {out} is the start itself: write the fine-tune elsewhere")
+    check_out(src, out)
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(src, out)
