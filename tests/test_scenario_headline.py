@@ -365,3 +365,4 @@ def test_a_republished_checkpoint_keeps_the_provenance_of_its_parameters(tmp_pat
     fresh = ScenarioHeadlineConfig(scenario="tiny", tiny=True)
     assert _provenance(fresh, "tiny", "tuned on 2 seeds") == \
         "tuned by 'cloudrl headline --scenario tiny' (tuned on 2 seeds)"
+

@@ -564,12 +564,12 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     checkpoint = claim_spec.params["checkpoint"]  # a distilled or an RLlib checkpoint
     if cfg.publish:
         dest = Path(cfg.publish)
+        source = _provenance(cfg, scn.name, tuned_how)  # before --params-from may go
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(checkpoint, dest, ignore=shutil.ignore_patterns("*.npz"))
         (dest / "references.json").write_text(json.dumps({
-            "source": _provenance(cfg, scn.name, tuned_how),
-            "signal_aware": heur_p, "mpc": mpc_p}, indent=2) + "\n")
+            "source": source, "signal_aware": heur_p, "mpc": mpc_p}, indent=2) + "\n")
         checkpoint = str(dest)
     mean = {s.name: {k: float(np.mean([m[k] for m in by[s.name]]))
                      for k in ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh",
