@@ -399,20 +399,29 @@ def test_the_margin_is_chosen_on_validation_seeds_and_travels_with_the_checkpoin
         choose_margin(load_scenario("tiny"), path, rule, SEEDS, margins=(-1.0,))
 
 
+def _headline_family(tmp_path: Path, family: str, **knobs: Any) -> tuple[Any, Any, Path, Any]:
+    """Run 0 of a headline family on ``tiny`` (rule: quantile 0.4) into ``tmp_path``: the
+    config, the trainer, the run's directory and the spec it returned (an RLlib one)."""
+    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, available_families, tiny
+    from envs.scenario.catalog import load_scenario
+
+    cfg = tiny(ScenarioHeadlineConfig(out_dir=str(tmp_path), workers=1, **knobs))
+    train = available_families({"quantile": 0.4})[family]
+    out = tmp_path / "tiny" / family / "run0"
+    spec = train(load_scenario("tiny"), cfg, {}, 0, out)
+    assert spec.kind == "rllib" and spec.params["checkpoint"] == str(out.resolve())
+    return cfg, train, out, spec
+
+
 def test_the_headline_family_reuses_the_gated_run_and_its_margin(
         ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``gated_dqn_margin``: the ``gated_dqn`` run of the same out-dir (trained here, once),
     its margin picked on validation seeds and carried in its own copy; a second call
     reuses both."""
     from cloudrl.checkpoint_policy import read_meta
-    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, available_families, tiny
     from envs.scenario.catalog import load_scenario
 
-    cfg = tiny(ScenarioHeadlineConfig(out_dir=str(tmp_path), workers=1))
-    train = available_families({"quantile": 0.4})["gated_dqn_margin"]
-    out = tmp_path / "tiny" / "gated_dqn_margin" / "run0"
-    spec = train(load_scenario("tiny"), cfg, {}, 0, out)
-    assert spec.kind == "rllib" and spec.params["checkpoint"] == str(out.resolve())
+    cfg, train, out, spec = _headline_family(tmp_path, "gated_dqn_margin")
     base = read_meta(tmp_path / "tiny" / "gated_dqn" / "run0")
     meta = read_meta(out)
     assert base.get("gate_margin") is None and meta["algo"] == base["algo"] == "gated_dqn"
@@ -550,14 +559,9 @@ def test_the_headline_family_fine_tunes_the_gated_run_with_its_margin(
     """``gated_dqn_margin_es``: the ``gated_dqn_margin`` run of the same out-dir (its
     margin chosen), its Q head searched; a second call reuses all three steps."""
     from cloudrl.checkpoint_policy import read_meta
-    from cloudrl.scenarios.headline import ScenarioHeadlineConfig, available_families, tiny
     from envs.scenario.catalog import load_scenario
 
-    cfg = tiny(ScenarioHeadlineConfig(out_dir=str(tmp_path), workers=1, es_iterations=1))
-    train = available_families({"quantile": 0.4})["gated_dqn_margin_es"]
-    out = tmp_path / "tiny" / "gated_dqn_margin_es" / "run0"
-    spec = train(load_scenario("tiny"), cfg, {}, 0, out)
-    assert spec.kind == "rllib" and spec.params["checkpoint"] == str(out.resolve())
+    cfg, train, out, spec = _headline_family(tmp_path, "gated_dqn_margin_es", es_iterations=1)
     start = read_meta(tmp_path / "tiny" / "gated_dqn_margin" / "run0")
     meta = read_meta(out)
     assert meta["gate_margin"] == start["gate_margin"] and meta["es"]["iterations"] == 1
