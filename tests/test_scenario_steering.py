@@ -96,6 +96,8 @@ def test_config_refuses_bad_values():
         SteerConfig(n_comparisons=5000)
     with pytest.raises(ValueError, match="noise"):
         SteerConfig(noise=0.7)
+    with pytest.raises(ValueError, match="--learned-es-params 'last'"):
+        SteerConfig(learned_es_params="last")
 
 
 @pytest.mark.parametrize("argv", [
@@ -104,6 +106,7 @@ def test_config_refuses_bad_values():
     ["--utility", "lc_guard", "--noise", "0.9"],
     ["--utility", "lc_guard", "--n-test-seeds", "0"],
     ["--utility", "lc_guard", "--comparisons", "many"],
+    ["--utility", "lc_guard", "--learned-es-params", "last"],
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     try:
@@ -241,10 +244,12 @@ def test_steer_runs_on_tiny_with_the_learned_family(ray_session, tmp_path, capsy
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("es_params", ["head", "all"])
 def test_steer_learned_by_evolution_strategies_on_the_learned_reward(ray_session, tmp_path,
-                                                                    capsys):
+                                                                    capsys, es_params):
     """--learned-method es: no teacher; each run seed's reward model scores the episodes
-    of the search, the hidden-tuned reference searches on the hidden utility itself."""
+    of the search, the hidden-tuned reference searches on the hidden utility itself;
+    --learned-es-params picks the weights searched, each in its own directory."""
     import torch
 
     from cloudrl.algorithms.distill.policy import build_module, save_checkpoint
@@ -262,6 +267,7 @@ def test_steer_learned_by_evolution_strategies_on_the_learned_reward(ray_session
                      "--tune-seeds", "1", "--n-test-seeds", "2", "--run-seed", "0",
                      "--workers", "1", "--cache", str(tmp_path / "cache.json"),
                      "--learned", "--learned-method", "es", "--learned-es-iterations", "1",
+                     "--learned-es-params", es_params,
                      "--init-checkpoint", str(tmp_path / "start"),
                      "--learned-out", str(tmp_path / "learned"),
                      "--learned-val-seeds", "1", "--json", str(out)])
@@ -273,10 +279,15 @@ def test_steer_learned_by_evolution_strategies_on_the_learned_reward(ray_session
             ("learned", "steered (run 0)")} <= rows
     steered, hidden = doc["chosen"]["steered0/learned"], doc["chosen"]["hidden/learned"]
     assert steered["method"] == hidden["method"] == "es"
+    assert steered["es_params"] == hidden["es_params"] == es_params
     assert steered["objective"] == "the learned reward"
     assert hidden["objective"] == "the hidden utility"
-    root = tmp_path / "learned" / "tiny" / "sla_first" / "es"
+    root = tmp_path / "learned" / "tiny" / "sla_first" / ("es" if es_params == "head"
+                                                           else "es-all")
     assert (root / "steered-run0" / "policy.pt").exists()
+    for run in ("steered-run0", "hidden-run0"):
+        manifest = json.loads((root / run / "manifest.json").read_text())
+        assert manifest["config"]["params"] == es_params
     # the hidden reference's validation score is the hidden utility of its episodes
     start_val = hidden["history"][0]["val"]
     ms = run_controllers(load_scenario("tiny"), [ControllerSpec(

@@ -20,7 +20,8 @@ def _cmd_steer(args: argparse.Namespace) -> int:
                                              "workers", "init_checkpoint", "learned_out",
                                              "learned_expert_seeds", "learned_rounds",
                                              "learned_round_seeds", "learned_val_seeds",
-                                             "learned_method", "learned_es_iterations")
+                                             "learned_method", "learned_es_iterations",
+                                             "learned_es_params")
               if getattr(args, k) is not None}
         from cloudrl.scenarios.steering import SteerConfig
 
@@ -94,6 +95,8 @@ def add_steer_parser(ss: argparse._SubParsersAction) -> None:
                          "strategies on the learned reward itself)")
     st.add_argument("--learned-es-iterations", type=int,
                     help="evolution-strategies iterations per fine-tune (default 15)")
+    st.add_argument("--learned-es-params", choices=("head", "all"),
+                    help="es: search the output layer (head; default) or every weight (all)")
     st.add_argument("--cache", default="results/steer/episodes.json",
                     help="episode cache (JSON), shared across utilities and run seeds")
     st.add_argument("--no-cache", action="store_true", help="do not read or write the cache")

@@ -317,6 +317,7 @@ class SteerConfig:
     learned_round_epochs: int = 15
     learned_method: str = "dagger"  # or "es": evolution strategies on the learned reward
     learned_es_iterations: int = 15
+    learned_es_params: str = "head"  # es: the output layer ("head") or every weight ("all")
 
     def __post_init__(self) -> None:
         if self.utility not in UTILITIES:
@@ -341,6 +342,8 @@ class SteerConfig:
             load_checkpoint(self.init_checkpoint or f"checkpoints/{self.scenario}")
         if self.learned_method not in ("dagger", "es"):
             raise ValueError(f"--learned-method {self.learned_method!r}: valid: dagger, es")
+        if self.learned_es_params not in ("head", "all"):
+            raise ValueError(f"--learned-es-params {self.learned_es_params!r}: valid: head, all")
         if self.learned_es_iterations < 1:
             raise ValueError(f"learned_es_iterations must be >= 1, got "
                              f"{self.learned_es_iterations}")
@@ -516,7 +519,8 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
     init = cfg.init_checkpoint or f"checkpoints/{scn.name}"
     root = Path(cfg.learned_out) / scn.name / cfg.utility
     if cfg.learned_method == "es":
-        return _steer_learned_es(scn, cfg, chosen, models, init, root / "es", log)
+        es_dir = "es" if cfg.learned_es_params == "head" else f"es-{cfg.learned_es_params}"
+        return _steer_learned_es(scn, cfg, chosen, models, init, root / es_dir, log)
     kw = {"init": init, "expert_seeds": cfg.learned_expert_seeds, "rounds": cfg.learned_rounds,
           "round_seeds": cfg.learned_round_seeds, "val_seeds": cfg.learned_val_seeds,
           "bc_epochs": cfg.learned_bc_epochs, "round_epochs": cfg.learned_round_epochs}
@@ -584,16 +588,19 @@ def _steer_learned_es(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, d
     for key, name, rs, objective, what in jobs:
         out = root / name
         ec = ESConfig(run_seed=rs, iterations=cfg.learned_es_iterations,
-                      n_val_seeds=cfg.learned_val_seeds, workers=cfg.workers)
+                      n_val_seeds=cfg.learned_val_seeds, workers=cfg.workers,
+                      params=cfg.learned_es_params)
         lines: list[str] = []
         res = train_to_dir(scn, init, ec, out, objective=objective, log=lines.append,
                            command=f"cloudrl scenarios steer --learned --learned-method es "
+                                   f"--learned-es-params {cfg.learned_es_params} "
                                    f"({key}: evolution strategies on {what})")
         log(f"learned ES on {what} -> {out}: kept iteration {res.kept_iteration} "
             f"(validation: " + ", ".join(f"{h['iteration']}: {h['val']:.2f}"
                                          for h in res.history if "val" in h) + ")")
         specs[key] = learned_spec(out)
-        chosen[key] = {"params": {}, "method": "es", "objective": what,
+        chosen[key] = {"params": {}, "method": "es", "es_params": cfg.learned_es_params,
+                       "objective": what,
                        "kept_iteration": res.kept_iteration, "checkpoint": str(out),
                        "history": res.history}
     log(f"learned ES fine-tunes: {len(jobs)} in {time.perf_counter() - t0:.0f} s")
