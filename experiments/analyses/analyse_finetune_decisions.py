@@ -67,30 +67,11 @@ STATE_FEATURES = ("frac_active", "committed", "batch_queued", "pool_work", "pool
 
 
 # ---------------------------------------------------------------------- playing
-class _Net:
-    """A checkpoint's module, greedy on one observation (as LearnedController decides)."""
+def _net(path: str | Path) -> Any:
+    """A checkpoint's controller; ``greedy_action`` decides as it does in an episode."""
+    from cloudrl.algorithms.distill.policy import load_controller
 
-    def __init__(self, path: str | Path) -> None:
-        from cloudrl.algorithms.distill.policy import (
-            load_checkpoint,
-            ready_margins_of,
-            release_levels_of,
-        )
-
-        self.module, spec = load_checkpoint(path)
-        self.levels, self.margins = release_levels_of(spec), ready_margins_of(spec)
-
-    def action(self, obs: np.ndarray) -> tuple[int, int]:
-        import torch
-
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)  # LearnedController's default (threads=1)
-        try:
-            with torch.inference_mode():
-                a = self.module.greedy(torch.from_numpy(obs)[None])[0]
-        finally:
-            torch.set_num_threads(before)
-        return int(a[0]), int(a[1])
+    return load_controller(path)
 
 
 class _Recorder:
@@ -100,7 +81,7 @@ class _Recorder:
     name = "recorder"
     clairvoyant = False
 
-    def __init__(self, primary: str, nets: dict[str, _Net], mpc: Any | None,
+    def __init__(self, primary: str, nets: dict[str, Any], mpc: Any | None,
                  levels: tuple[float, ...], margins: tuple[float, ...]) -> None:
         self.primary, self.nets, self.mpc = primary, nets, mpc
         self.levels, self.margins = levels, margins
@@ -118,7 +99,7 @@ class _Recorder:
 
         v = plan_view(sim)
         obs = observe(sim, v)
-        acts = {name: net.action(obs) for name, net in self.nets.items()}
+        acts = {name: net.greedy_action(obs) for name, net in self.nets.items()}
         mpc_controls = None
         if self.mpc is not None:
             mpc_controls = self.mpc.decide_view(v)
@@ -127,7 +108,7 @@ class _Recorder:
             controls = mpc_controls
         else:
             net = self.nets[self.primary]
-            controls = action_controls(v, acts[self.primary], net.levels, net.margins)
+            controls = action_controls(v, acts[self.primary], net.release_levels, net.ready_margins)
         self.rows.append({"t": int(sim.t), "hour": float(sim.signals.hour_of_day(sim.t)),
                           "obs": obs, "acts": acts, "release_ctl": float(controls[0]),
                           "ready_frac": float(controls[1]) / v.fleet_cores})
@@ -197,10 +178,10 @@ def _work(job: tuple) -> list[dict[str, dict[str, Any]]]:
     from envs.scenario.sim import ScenarioSim
 
     sim = ScenarioSim(cfg)
-    ft, st = _Net(checkpoint), _Net(start)
-    if ft.levels != st.levels or ft.margins != st.margins:
+    ft, st = _net(checkpoint), _net(start)
+    if ft.release_levels != st.release_levels or ft.ready_margins != st.ready_margins:
         raise ValueError(f"{checkpoint} and {start} act on different grids")
-    grid = (ft.levels, ft.margins)
+    grid = (ft.release_levels, ft.ready_margins)
     recs = {"finetuned": _Recorder("finetuned", {"finetuned": ft, "start": st},
                                    ForecastMPC(MPCConfig(**mpc_params)), *grid),
             "start": _Recorder("start", {"start": st}, None, *grid),
@@ -365,8 +346,8 @@ def analyse(cfg, checkpoint: str | Path, start: str | Path, mpc_params: dict,
             seeds: list[int], workers: int = 1) -> dict[str, Any]:
     """Play and summarise (the script's core); ``result["runs"]`` keeps the episodes."""
     runs = play_all(cfg, str(checkpoint), str(start), mpc_params, list(seeds), workers)
-    net = _Net(checkpoint)
-    res = summarise(runs, net.levels, net.margins)
+    net = _net(checkpoint)
+    res = summarise(runs, net.release_levels, net.ready_margins)
     from envs.scenario.env import OBS_NAMES
 
     res["obs_mean_finetuned"] = dict(zip(OBS_NAMES, np.concatenate(

@@ -88,18 +88,22 @@ class LearnedController:
     def reset(self, sim: ScenarioSim) -> None:
         self.decide_times = []
 
-    def decide(self, sim: ScenarioSim) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        v = plan_view(sim)
+    def greedy_action(self, obs: np.ndarray) -> tuple[int, int]:
+        """The module's greedy action for one observation, on ``threads`` threads."""
         before = torch.get_num_threads()
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
             with torch.inference_mode():
-                a = self.module.greedy(torch.from_numpy(observe(sim, v))[None])[0]
+                a = self.module.greedy(torch.from_numpy(obs)[None])[0]
         finally:
             torch.set_num_threads(before)
-        out = action_controls(v, (int(a[0]), int(a[1])), self.release_levels,
+        return int(a[0]), int(a[1])
+
+    def decide(self, sim: ScenarioSim) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        v = plan_view(sim)
+        out = action_controls(v, self.greedy_action(observe(sim, v)), self.release_levels,
                               self.ready_margins)
         self.decide_times.append(time.perf_counter() - t0)
         return out
@@ -280,18 +284,6 @@ class ServedLearnedController(LearnedController):
     def reset(self, sim: ScenarioSim) -> None:
         super().reset(sim)
         self._static = sim
-
-    def greedy_action(self, obs: np.ndarray) -> tuple[int, int]:
-        """The module's greedy action for one observation, on ``threads`` threads."""
-        before = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            with torch.inference_mode():
-                a = self.module.greedy(torch.from_numpy(obs)[None])[0]
-        finally:
-            torch.set_num_threads(before)
-        return int(a[0]), int(a[1])
 
     def decide_view(self, view: PlanView) -> tuple[float, float]:
         if self._static is None:
