@@ -83,3 +83,22 @@ def test_played_costs_equal_the_scenario_evaluate_path(tiny):
     assert got["finetuned"] == [ref[0][0]["cost_usd"]]
     assert got["start"] == [ref[1][0]["cost_usd"]]
     assert got["mpc"] == [ref[2][0]["cost_usd"]]
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--scenario", "nope"], "--scenario"),
+    (["--scenario", "tiny", "--n-seeds", "0"], "--n-seeds"),
+    (["--scenario", "tiny", "--workers", "3"], "--workers"),
+    (["--scenario", "tiny", "--checkpoint", "/nonexistent/ckpt"], "--checkpoint"),
+    (["--scenario", "tiny", "--references", "/nonexistent/refs.json"], "--references"),
+])
+def test_bad_input_is_one_line_naming_the_field_and_exit_2(tiny, argv, field, monkeypatch,
+                                                            capsys):
+    if field == "--references":  # a checkpoint that loads, so the references are reached
+        argv = [*argv, "--checkpoint", str(tiny["ft"]), "--start", str(tiny["start"])]
+    monkeypatch.setattr("sys.argv", ["analyse_finetune_decisions.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        tiny["mod"].main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0]

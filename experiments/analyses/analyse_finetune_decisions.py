@@ -447,11 +447,22 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _fail(msg: str) -> None:
+    print(f"analyse_finetune_decisions: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _reason(e: Exception, path: str = "") -> str:
+    """An exception's first line, without a leading ``--checkpoint PATH:`` it repeats."""
+    text = str(e.args[0] if e.args else e).splitlines()[0]
+    return text.removeprefix(f"--checkpoint {path}: ") if path else text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scenario", default="scarcity_spikes")
-    p.add_argument("--checkpoint", default="checkpoints/scarcity_spikes",
-                   help="the fine-tuned policy (played)")
+    p.add_argument("--checkpoint", default=None,
+                   help="the fine-tuned policy (played; default: checkpoints/SCENARIO)")
     p.add_argument("--start", default=None,
                    help="the policy before the fine-tune (default: <checkpoint>/start)")
     p.add_argument("--references", default=None,
@@ -468,11 +479,31 @@ def main() -> None:
     from envs.scenario.catalog import load_scenario
     from envs.scenario.env import OBS_NAMES
 
-    quiet_library_logs()
-    cfg = load_scenario(args.scenario)
+    try:
+        cfg = load_scenario(args.scenario)
+    except (ValueError, OSError, KeyError) as e:
+        _fail(f"--scenario: {_reason(e)}")
+    if not 1 <= args.n_seeds <= 50:
+        _fail(f"--n-seeds must be in 1..50 (test seeds), got {args.n_seeds}")
+    if args.workers not in (1, 2):
+        _fail(f"--workers must be 1 or 2, got {args.workers}")
+    args.checkpoint = args.checkpoint or f"checkpoints/{cfg.name}"
     start = args.start or str(Path(args.checkpoint) / "start")
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    for flag, path in (("--checkpoint", args.checkpoint), ("--start", start)):
+        try:
+            load_checkpoint(path)
+        except (ValueError, OSError) as e:
+            _fail(f"{flag} {path}: {_reason(e, path)}")
     ref = Path(args.references or Path(args.checkpoint) / "references.json")
-    mpc_params = policy_params(str(ref)).get("mpc", {}) if ref.is_file() else {}
+    if args.references and not ref.is_file():
+        _fail(f"--references {ref}: no such file")
+    try:
+        mpc_params = policy_params(str(ref)).get("mpc", {}) if ref.is_file() else {}
+    except ValueError as e:
+        _fail(f"--references {ref}: {_reason(e)}")
+    quiet_library_logs()
     seeds = list(seeds_for("test", args.n_seeds))
     print(f"scenario {cfg.name}; fine-tuned {args.checkpoint}; start {start}; MPC params "
           f"{json.dumps(mpc_params)} ({ref if ref.is_file() else 'defaults'}); "
