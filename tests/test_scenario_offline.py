@@ -101,7 +101,9 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
 @pytest.mark.parametrize("argv", [["--episodes", "0"], ["--n-seeds", "51"],
                                   ["--iterations", "0"], ["--budget-fraction", "0"],
                                   ["--data", "/no/such/dir"], ["--epochs", "0"],
-                                  ["--noise", "0"], ["--noise", "1.5"]])
+                                  ["--noise", "0"], ["--noise", "1.5"], ["--steps", "0"],
+                                  ["--expectile", "1.0"], ["--expectile", "0.4"],
+                                  ["--beta", "-1"], ["--penalty", "-1", "0"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -200,3 +202,38 @@ def test_student_can_clone_one_behaviour_the_cheapest_within_budget():
     assert select_behaviour(rows[:2], policies[:2], budgets) == [0, 1]
     with pytest.raises(ValueError, match="select"):
         StudentSettings(select="best")
+
+
+def test_iql_learner_runs_on_tiny_on_every_logged_decision(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
+                     "--noise", "0.5", "--n-seeds", "2", "--learner", "iql", "--steps", "50",
+                     "--out", str(tmp_path / "o"), "--workers", "1", "--json", str(out)])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["learner"] == "iql"
+    assert set(doc["within_budget"]) == {"signal_aware", "mpc", "iql"}
+    assert "iql - mpc" in capsys.readouterr().out
+    from cloudrl.data.offline import read_dataset
+
+    eps = read_dataset(tmp_path / "o" / "data")
+    info = json.loads((tmp_path / "o" / "iql_seed0" / "offline.json").read_text())
+    # every decision of every logged episode, the noisy runs included
+    assert info["rows"] == sum(len(ep) for ep in eps) and info["episodes"] == 8
+    from cloudrl.scenarios.offline_iql import transitions
+
+    batch = transitions(eps)
+    first = eps[0]
+    assert batch.rewards[0] == pytest.approx(first.get_rewards(0))
+    assert batch.dones.sum() == len(eps)  # one end per episode
+    assert np.all(batch.next_obs[0] == np.asarray(first.get_observations(1)["macro"]))
+    # the action taken (not the behaviour's own) is what the reward followed
+    noisy = next(ep for ep in eps if not OA.is_clean(ep))
+    taken = transitions([noisy]).actions
+    from envs.scenario.env import READY_MARGINS
+
+    logged = np.asarray(noisy.get_actions(slice(0, len(noisy))))
+    assert np.all(taken[:, 0] * len(READY_MARGINS) + taken[:, 1] == logged)
+    penalised = transitions([first], (10.0, 0.0)).rewards
+    lc = np.array([first.get_infos(t + 1)["violations_lc"] for t in range(len(first))])
+    assert np.allclose(penalised, transitions([first]).rewards - 10.0 * lc)

@@ -359,10 +359,12 @@ class OfflineRun:
 def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         settings: TrainSettings, workers: int | None = None, log: Any = print,
         data: str | Path | None = None, student: Any = None,
-        noise: tuple[float, ...] = ()) -> OfflineRun:
+        noise: tuple[float, ...] = (), iql: Any = None) -> OfflineRun:
     """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
     ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
-    budget-filtered cloning learner instead of CQL-Lag."""
+    budget-filtered cloning learner instead of CQL-Lag, ``iql`` a
+    :class:`cloudrl.algorithms.iql.IQLConfig` implicit Q-learning
+    (:mod:`cloudrl.scenarios.offline_iql`)."""
     from cloudrl.data.offline import read_dataset
     from cloudrl.protocol import test_seeds, train_seeds
 
@@ -398,6 +400,14 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
                    "kept_episodes": len(info["kept"]),
                    "kept_within_budget": info["kept_within_budget"]}
         label, kind = "student", "learned"
+    elif iql is not None:
+        from cloudrl.scenarios.offline_iql import train_iql_agent
+
+        ckpt, info = train_iql_agent(cfg, data, out / f"iql_seed{iql.run_seed}", budgets, iql,
+                                     log)
+        metrics = {k: info[k] for k in ("q_loss", "v_loss", "adv_mean", "adv_std",
+                                        "weight_capped_share", "reward_scale", "rows")}
+        label, kind = "iql", "learned"
     else:
         ckpt, metrics = train(cfg, data, out / f"agent_seed{settings.run_seed}", budgets,
                               settings, log)

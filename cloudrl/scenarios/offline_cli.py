@@ -35,6 +35,14 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--noise records new episodes; it cannot be used with --data"
     if args.epochs < 1:
         return f"--epochs must be >= 1, got {args.epochs}"
+    if args.steps < 1:
+        return f"--steps must be >= 1, got {args.steps}"
+    if not 0.5 <= args.expectile < 1.0:
+        return f"--expectile must be in [0.5, 1), got {args.expectile}"
+    if args.beta < 0:
+        return f"--beta must be >= 0, got {args.beta}"
+    if any(not x >= 0 for x in args.penalty):
+        return f"--penalty must be >= 0 $ per violation, got {args.penalty}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
         return f"--data {args.data}: no dataset.json (a directory this command wrote)"
     return None
@@ -50,6 +58,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
         cfg = load_scenario(args.scenario)
     except (ValueError, OSError, KeyError) as e:
         return _fail(str(e).splitlines()[0] if str(e) else repr(e))
+    from cloudrl.algorithms.iql import IQLConfig
     from cloudrl.scenarios.offline_agent import TrainSettings, format_table, run, to_json
     from cloudrl.scenarios.offline_student import StudentSettings
 
@@ -58,10 +67,13 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                              budget_fraction=args.budget_fraction)
     student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe, select=args.select,
                               epochs=args.epochs) if args.learner == "student" else None
+    iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
+                    critic_steps=args.steps, policy_steps=args.steps,
+                    penalty=tuple(args.penalty)) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
-              noise=tuple(args.noise or ()))
-    label = "student" if student else "cql_lag"
+              noise=tuple(args.noise or ()), iql=iql)
+    label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
           ", ".join(f"{k[:-2]} {v:.0f} s" for k, v in res.wall_s.items()))
@@ -94,10 +106,12 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-fraction", type=float, default=0.5,
                    help="the constraint's episode budget is 2 x this (the sum over the two "
                         "classes of violations / budgeted violations)")
-    p.add_argument("--learner", choices=("cql_lag", "student"), default="cql_lag",
-                   help="cql_lag (the constrained Q learner, flat actions) or student "
+    p.add_argument("--learner", choices=("cql_lag", "student", "iql"), default="cql_lag",
+                   help="cql_lag (the constrained Q learner, flat actions), student "
                         "(per train seed, the cheapest logged episode within every class "
-                        "budget, cloned into the scenario policy)")
+                        "budget, cloned into the scenario policy) or iql (implicit "
+                        "Q-learning on every logged decision, advantage-weighted into the "
+                        "scenario policy)")
     p.add_argument("--select", choices=("seed", "behaviour"), default="seed",
                    help="student: per train seed the best episode within budget (seed), or "
                         "every episode of the cheapest behaviour within budget (behaviour)")
@@ -108,6 +122,15 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
                    help="also record every behaviour on every seed once per level with that "
                         "share of random actions, logging the behaviour's own action")
     p.add_argument("--epochs", type=int, default=60, help="student: cloning epochs")
+    p.add_argument("--steps", type=int, default=20_000,
+                   help="iql: critic updates, and as many policy updates (256 decisions each)")
+    p.add_argument("--expectile", type=float, default=0.8,
+                   help="iql: the expectile of Q over the data's actions that V fits")
+    p.add_argument("--beta", type=float, default=3.0,
+                   help="iql: inverse temperature of the advantage weights")
+    p.add_argument("--penalty", type=float, nargs=2, default=[0.0, 0.0],
+                   metavar=("LC", "BATCH"),
+                   help="iql: $ per violation of each class added to the env's SLA price")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
     p.add_argument("--out", help="output directory (default results/offline_scenarios/NAME)")

@@ -1,0 +1,45 @@
+"""The typed configuration of an IQL run (every default runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class IQLConfig:
+    """Knobs of implicit Q-learning with advantage-weighted extraction.
+
+    ``expectile``: the upper expectile V(s) fits of Q(s, a) over the data's actions (0.5:
+    the data's mean, SARSA; towards 1: the best supported action). ``beta``: the
+    inverse temperature of the extraction weights ``exp(beta * A)``, ``A`` in units of
+    the mean absolute per-step reward (the reward is divided by it before training),
+    capped at ``max_weight``. ``penalty``: per class, $ added to each step's cost per
+    violation beyond the env's own SLA price (0: the env's prices alone).
+    """
+
+    run_seed: int = 0
+    gamma: float = 0.99
+    expectile: float = 0.8
+    beta: float = 3.0
+    max_weight: float = 100.0
+    hiddens: tuple[int, ...] = (256, 256)
+    policy_hiddens: tuple[int, ...] = (128, 128)
+    critic_steps: int = 20_000
+    policy_steps: int = 20_000
+    batch_size: int = 256
+    lr: float = 3e-4
+    polyak: float = 0.005
+    penalty: tuple[float, ...] = (0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gamma < 1.0:
+            raise ValueError(f"IQLConfig.gamma must be in (0, 1), got {self.gamma}")
+        if not 0.5 <= self.expectile < 1.0:
+            raise ValueError(f"IQLConfig.expectile must be in [0.5, 1), got {self.expectile}")
+        if self.beta < 0:
+            raise ValueError(f"IQLConfig.beta must be >= 0, got {self.beta}")
+        for name in ("critic_steps", "policy_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"IQLConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if any(p < 0 for p in self.penalty):
+            raise ValueError(f"IQLConfig.penalty must be >= 0, got {self.penalty}")

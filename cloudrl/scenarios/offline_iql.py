@@ -1,0 +1,99 @@
+"""The offline agent's third learner: implicit Q-learning on every logged decision
+(``cloudrl scenarios offline --learner iql``).
+
+Cloning (:mod:`cloudrl.scenarios.offline_student`) can at best match the behaviour it
+copies; the measured clones tie the heuristic and stay 2-3 % above the MPC. Improving on
+the data needs values: which of the logged actions, in which state, led to lower cost
+later. CQL-Lag learns them with a penalty on every unlogged action and measured worse than
+the clones. IQL (:mod:`cloudrl.algorithms.iql`) never queries an unlogged action: V fits
+an upper expectile of Q over the data's own actions, and the policy is the data's actions
+re-weighted by their advantage. It uses every logged step, the behaviours' own runs and
+their runs with injected random actions (``offline --noise``) alike, on the action taken
+(the one the reward followed).
+
+Reads the logged episodes through RLlib's offline path (``cloudrl.data.offline``) only;
+the policy is the headline's scenario policy module (the distilled policies' checkpoint
+format), so ``evaluate``, ``serve`` and the scenario runner play it. The per-class SLA
+budgets are not a constraint of this learner: violations are priced in the reward (the
+env's SLA $, plus ``--penalty`` per violation of each class when asked), and the
+evaluation reports the share of test seeds within each budget.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudrl.algorithms.iql import IQLConfig, Transitions, train_iql
+from envs.scenario.config import ScenarioConfig
+from envs.scenario.env import READY_MARGINS
+
+CLASSES = ("lc", "batch")
+
+
+def _macro(obs: Any) -> np.ndarray:
+    return np.asarray(obs["macro"] if isinstance(obs, dict) else [o["macro"] for o in obs],
+                      np.float32)
+
+
+def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
+                        ) -> tuple[np.ndarray, ...]:
+    """(obs, (release, ready) taken, reward, next obs, done) of every logged decision; the
+    reward less ``penalty[k]`` $ per violation of class k."""
+    n = len(ep)
+    obs = _macro(ep.get_observations(slice(0, n + 1)))
+    a = np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1)
+    r = np.asarray(ep.get_rewards(slice(0, n)), np.float64)
+    infos = [ep.get_infos(t + 1) for t in range(n)]
+    for k, c in enumerate(CLASSES):
+        if penalty[k]:
+            r = r - penalty[k] * np.array([float(i[f"violations_{c}"]) for i in infos])
+    done = np.zeros(n, np.float32)
+    done[-1] = float(ep.is_terminated)
+    acts = np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
+    return obs[:-1], acts, r, obs[1:], done
+
+
+def transitions(episodes: list[Any], penalty: tuple[float, ...] = (0.0, 0.0)) -> Transitions:
+    """Every logged decision of ``episodes`` as one batch."""
+    parts = [episode_transitions(ep, penalty) for ep in episodes]
+    return Transitions(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
+
+
+def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
+                    budgets: dict[str, float], s: IQLConfig, log: Any = print
+                    ) -> tuple[Path, dict[str, Any]]:
+    """IQL on every logged decision under ``data``; the checkpoint dir and diagnostics."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import build_module, save_checkpoint
+    from cloudrl.data.offline import read_dataset
+
+    t0 = time.perf_counter()
+    episodes = read_dataset(data)
+    batch = transitions(episodes, s.penalty)
+    log(f"iql: {len(episodes)} logged episodes, {len(batch.obs)} decisions "
+        f"({sum(float(ep.custom_data.get('noise', 0.0)) > 0 for ep in episodes)} episodes "
+        f"with random actions injected)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        module = build_module(s.policy_hiddens)
+        stats = train_iql(module, batch, s, log)
+    finally:
+        torch.set_num_threads(threads)
+    out = save_checkpoint(module, out, s.policy_hiddens,
+                          {"scenario": cfg.name, "config": {"offline_iql": asdict(s)}})
+    info = {"learner": "iql", "settings": asdict(s), "episodes": len(episodes), **stats,
+            "dataset": str(Path(data).resolve()), "budgets": budgets,
+            "train_s": time.perf_counter() - t0}
+    (Path(out) / "offline.json").write_text(json.dumps(info, indent=1, default=float))
+    log(f"iql: advantage of the data's actions {stats['adv_mean']:+.3f} ± "
+        f"{stats['adv_std']:.3f}, weights capped on {100 * stats['weight_capped_share']:.1f}% "
+        f"({info['train_s']:.0f} s) -> {out}")
+    return Path(out), info
