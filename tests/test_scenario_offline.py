@@ -237,3 +237,29 @@ def test_iql_learner_runs_on_tiny_on_every_logged_decision(tmp_path, capsys):
     penalised = transitions([first], (10.0, 0.0)).rewards
     lc = np.array([first.get_infos(t + 1)["violations_lc"] for t in range(len(first))])
     assert np.allclose(penalised, transitions([first]).rewards - 10.0 * lc)
+
+
+def test_override_is_recorded_and_a_dataset_is_reused_only_under_it(tmp_path, capsys):
+    override = '{"executor": {"lc_reserve_cores": 1}}'
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "1",
+                     "--n-seeds", "1", "--learner", "student", "--epochs", "1",
+                     "--override", override, "--out", str(tmp_path / "o"), "--workers", "1",
+                     "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    data = tmp_path / "o" / "data"
+    assert json.loads((data / "dataset.json").read_text())["override"] == json.loads(override)
+    assert json.loads((tmp_path / "r.json").read_text())["override"] == json.loads(override)
+    capsys.readouterr()
+    # the same data without the override it was recorded under: one line, exit 2
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--data", str(data),
+                     "--learner", "student"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "lc_reserve_cores" in err
+
+
+@pytest.mark.parametrize("override", ['{"executor": ', "[1]",
+                                      '{"executor": {"lc_reserve_cores": -3}}'])
+def test_bad_override_exits_2_with_one_line(override, capsys):
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--override", override])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--override" in err

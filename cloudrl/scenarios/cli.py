@@ -7,10 +7,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
+from cloudrl.scenarios.overrides import scenario_overrides
 from envs.scenario.catalog import UnknownScenarioError, describe, load_scenario, scenario_names
 
 
@@ -62,22 +62,6 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         md.write_text(format_markdown(rows) + "\n")
         print(f"wrote {md}")
     return 0
-
-
-def scenario_overrides(text: str | None) -> dict[str, Any] | None:
-    """``--override``: a JSON object merged into the scenario's YAML before validation (the
-    catalog's keys, nested objects merge), e.g. ``{"executor": {"spare_cores_frac": 0.2}}``.
-    A ValueError names what is wrong; the merged config is validated by the caller."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--override: not JSON ({e.msg} at character {e.pos})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--override: expected a JSON object of scenario keys, got "
-                         f"{type(value).__name__}")
-    return value
 
 
 def policy_params(text: str) -> dict[str, dict]:

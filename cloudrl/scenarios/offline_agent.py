@@ -165,9 +165,11 @@ def set_costs(episodes: list[Any], budgets: dict[str, float]) -> None:
             info[COST_KEY] = sum(float(info[f"violations_{c}"]) / allowed[c] for c in CLASSES)
 
 
-def write_dataset(episodes: list[Any], out: str | Path, budgets: dict[str, float]) -> Path:
+def write_dataset(episodes: list[Any], out: str | Path, budgets: dict[str, float],
+                  override: dict[str, Any] | None = None) -> Path:
     """The episodes (costs set) in RLlib's offline format under ``out`` plus
-    ``dataset.json`` (budgets, behaviours, per-behaviour mean cost and SLA rates)."""
+    ``dataset.json`` (budgets, behaviours, per-behaviour mean cost and SLA rates, and the
+    scenario ``override`` they were recorded under)."""
     from cloudrl.data.episodes import write_episodes
 
     set_costs(episodes, budgets)
@@ -180,7 +182,8 @@ def write_dataset(episodes: list[Any], out: str | Path, budgets: dict[str, float
                        prefix=f"scenario-{b}", episodes_per_file=50)
     (out / "dataset.json").write_text(json.dumps(
         {"budgets": budgets, "behaviours": behaviour_table(episodes),
-         "noise": sorted({float(ep.custom_data.get("noise", 0.0)) for ep in episodes})},
+         "noise": sorted({float(ep.custom_data.get("noise", 0.0)) for ep in episodes}),
+         "override": override},
         indent=1))
     return out
 
@@ -359,12 +362,14 @@ class OfflineRun:
 def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         settings: TrainSettings, workers: int | None = None, log: Any = print,
         data: str | Path | None = None, student: Any = None,
-        noise: tuple[float, ...] = (), iql: Any = None) -> OfflineRun:
+        noise: tuple[float, ...] = (), iql: Any = None,
+        override: dict[str, Any] | None = None) -> OfflineRun:
     """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
     ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
     budget-filtered cloning learner instead of CQL-Lag, ``iql`` a
     :class:`cloudrl.algorithms.iql.IQLConfig` implicit Q-learning
-    (:mod:`cloudrl.scenarios.offline_iql`)."""
+    (:mod:`cloudrl.scenarios.offline_iql`). ``override``: the scenario override ``cfg``
+    was loaded with, recorded in the dataset."""
     from cloudrl.data.offline import read_dataset
     from cloudrl.protocol import test_seeds, train_seeds
 
@@ -374,7 +379,7 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     if data is None:
         eps = record(cfg, list(train_seeds(episodes)), noise=noise)
         budgets = class_budgets(eps)
-        data = write_dataset(eps, out / "data", budgets)
+        data = write_dataset(eps, out / "data", budgets, override)
     else:
         eps = read_dataset(data)
         budgets = json.loads((Path(data) / "dataset.json").read_text())["budgets"]

@@ -48,16 +48,33 @@ def check_args(args: argparse.Namespace) -> str | None:
     return None
 
 
+def recorded_override(data: str) -> dict | None:
+    """The scenario override a dataset directory was recorded under (None: the scenario
+    as catalogued)."""
+    return json.loads((Path(data) / "dataset.json").read_text()).get("override")
+
+
 def _cmd_offline(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from cloudrl.config_loader import format_validation_error
+    from cloudrl.scenarios.overrides import scenario_overrides
     from envs.scenario.catalog import load_scenario
 
     problem = check_args(args)
     if problem:
         return _fail(problem)
     try:
-        cfg = load_scenario(args.scenario)
+        override = scenario_overrides(args.override)
+        cfg = load_scenario(args.scenario, override)
+    except ValidationError as e:
+        return _fail(format_validation_error(e, "--override"))
     except (ValueError, OSError, KeyError) as e:
         return _fail(str(e).splitlines()[0] if str(e) else repr(e))
+    if args.data and recorded_override(args.data) != override:
+        return _fail(f"--data {args.data} was recorded with --override "
+                     f"{json.dumps(recorded_override(args.data))}, not "
+                     f"{json.dumps(override)}: pass the same override")
     from cloudrl.algorithms.iql import IQLConfig
     from cloudrl.scenarios.offline_agent import TrainSettings, format_table, run, to_json
     from cloudrl.scenarios.offline_student import StudentSettings
@@ -72,7 +89,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                     penalty=tuple(args.penalty)) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
-              noise=tuple(args.noise or ()), iql=iql)
+              noise=tuple(args.noise or ()), iql=iql, override=override)
     label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -81,7 +98,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
-               "learner": args.learner,
+               "learner": args.learner, "override": override,
                "episodes_per_behaviour": args.episodes, "run_seed": args.run_seed,
                "data": str(res.data), "checkpoint": str(res.checkpoint),
                "behaviours_train": res.behaviours, "last_metrics": res.metrics,
@@ -133,6 +150,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
                    help="iql: $ per violation of each class added to the env's SLA price")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
+    p.add_argument("--override", metavar="JSON",
+                   help="a JSON object merged into the scenario's definition (as 'scenarios "
+                        "evaluate --override'), e.g. '{\"executor\": {\"lc_reserve_cores\": "
+                        "32}}': recorded, trained and evaluated on that variant")
     p.add_argument("--out", help="output directory (default results/offline_scenarios/NAME)")
     p.add_argument("--workers", type=int, default=None, help="evaluation worker processes")
     p.add_argument("--json", help="write the table, per-seed metrics and wall times here")
