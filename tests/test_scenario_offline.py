@@ -103,7 +103,9 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--data", "/no/such/dir"], ["--epochs", "0"],
                                   ["--noise", "0"], ["--noise", "1.5"], ["--steps", "0"],
                                   ["--expectile", "1.0"], ["--expectile", "0.4"],
-                                  ["--beta", "-1"], ["--penalty", "-1", "0"]])
+                                  ["--beta", "-1"], ["--penalty", "-1", "0"],
+                                  ["--budget-quantile", "0"], ["--budget-quantile", "1.5"],
+                                  ["--budget-quantile", "0.95", "--data", "/no/such"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -263,3 +265,36 @@ def test_bad_override_exits_2_with_one_line(override, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--override", override])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--override" in err
+
+
+def test_budget_quantile_is_the_larger_behaviours_per_episode_quantile(tiny, tmp_path,
+                                                                       capsys):
+    eps = OA.record(tiny, [0, 1, 2])
+    rates = {b: [OA.episode_summary(ep) for ep in eps if ep.custom_data["policy"] == b]
+             for b in OA.BEHAVIOURS}
+    for q in (0.5, 0.95, 1.0):
+        got = OA.class_budgets(eps, q)
+        for c in OA.CLASSES:
+            assert got[c] == pytest.approx(max(np.quantile([s[f"sla_{c}"] for s in rows], q)
+                                               for rows in rates.values()))
+    assert OA.class_budgets(eps, 1.0)["batch"] >= OA.class_budgets(eps)["batch"]
+    # reused data gets budgets of the asked quantile; "both" counts seeds within every class
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
+                     "--n-seeds", "2", "--learner", "student", "--epochs", "1",
+                     "--out", str(tmp_path / "o"), "--workers", "1"])
+    assert code == 0
+    out = tmp_path / "q.json"
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--data",
+                     str(tmp_path / "o" / "data"), "--learner", "student", "--epochs", "1",
+                     "--budget-quantile", "1.0", "--n-seeds", "2", "--out",
+                     str(tmp_path / "q"), "--workers", "1", "--json", str(out)])
+    assert code == 0 and "1 quantile" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    from cloudrl.data.offline import read_dataset
+
+    assert doc["budgets"] == pytest.approx(OA.class_budgets(read_dataset(tmp_path / "o" /
+                                                                         "data"), 1.0))
+    for name, rows in doc["per_seed"].items():
+        both = [all(m[f"sla_{c}"] <= doc["budgets"][c] + 1e-12 for c in OA.CLASSES)
+                for m in rows]
+        assert doc["within_budget"][name]["both"] == pytest.approx(np.mean(both))

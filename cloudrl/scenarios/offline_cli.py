@@ -43,6 +43,11 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--beta must be >= 0, got {args.beta}"
     if any(not x >= 0 for x in args.penalty):
         return f"--penalty must be >= 0 $ per violation, got {args.penalty}"
+    if args.budget_quantile is not None and not 0.0 < args.budget_quantile <= 1.0:
+        return f"--budget-quantile must be in (0, 1], got {args.budget_quantile}"
+    if args.budget_quantile is not None and args.data and args.learner == "cql_lag":
+        return ("--budget-quantile with --data: cql_lag trains on the costs the data was "
+                "written with; record anew, or use --learner student or iql")
     if args.data and not (Path(args.data) / "dataset.json").is_file():
         return f"--data {args.data}: no dataset.json (a directory this command wrote)"
     return None
@@ -89,7 +94,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                     penalty=tuple(args.penalty)) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
-              noise=tuple(args.noise or ()), iql=iql, override=override)
+              noise=tuple(args.noise or ()), iql=iql, override=override,
+              budget_quantile=args.budget_quantile)
     label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -99,6 +105,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"command": " ".join(["cloudrl", *sys.argv[1:]]), "scenario": cfg.name,
                "learner": args.learner, "override": override,
+               "budget_quantile": args.budget_quantile,
                "episodes_per_behaviour": args.episodes, "run_seed": args.run_seed,
                "data": str(res.data), "checkpoint": str(res.checkpoint),
                "behaviours_train": res.behaviours, "last_metrics": res.metrics,
@@ -123,6 +130,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-fraction", type=float, default=0.5,
                    help="the constraint's episode budget is 2 x this (the sum over the two "
                         "classes of violations / budgeted violations)")
+    p.add_argument("--budget-quantile", type=float, default=None, metavar="Q",
+                   help="per-class budgets: the larger behaviour's Q quantile of its "
+                        "per-episode violation rates (0.95: what it keeps on 95%% of days) "
+                        "instead of its mean rate")
     p.add_argument("--learner", choices=("cql_lag", "student", "iql"), default="cql_lag",
                    help="cql_lag (the constrained Q learner, flat actions), student "
                         "(per train seed, the cheapest logged episode within every class "
