@@ -86,7 +86,42 @@ def test_the_extracted_policy_takes_the_rarely_logged_action_the_values_favour()
     assert stats["q_greedy_minus_data"] > 0
 
 
+def test_support_extraction_picks_the_best_supported_action_and_never_an_unsupported_one():
+    data = _chain(300, 1)
+    first = data.obs[::2]
+    module = build_module((32,))
+    cfg = IQLConfig(hiddens=(32,), policy_hiddens=(32,), critic_steps=1500, policy_steps=800,
+                    gamma=0.9, lr=3e-3, extract="support", support=0.3)
+    stats = train_iql(module, data, cfg, log=lambda _: None)
+    assert np.mean(module.greedy(torch.as_tensor(first))[:, 0].numpy() == 2) > 0.95
+    assert stats["support_greedy_moved_share"] > 0.3  # the first steps of most episodes
+    # level 2 is in the behaviour's support (20% of its first steps, the others 27% each);
+    # at a support of 0.9 it is not, and the policy keeps to the behaviour's levels
+    strict = build_module((32,))
+    train_iql(strict, data, IQLConfig(hiddens=(32,), policy_hiddens=(32,), critic_steps=1500,
+                                      policy_steps=800, gamma=0.9, lr=3e-3,
+                                      extract="support", support=0.9), log=lambda _: None)
+    assert np.mean(strict.greedy(torch.as_tensor(first))[:, 0].numpy() == 2) < 0.05
+
+
+def test_support_greedy_masks_joint_actions_by_the_behaviour_models_probability():
+    from cloudrl.algorithms.iql.learner import support_greedy
+
+    class Fixed:  # branch probabilities (0.6, 0.4) x (0.5, 0.5, 0.0+)
+        def branch_logits(self, x):
+            return [torch.log(torch.tensor([[0.6, 0.4]])).repeat(len(x), 1),
+                    torch.log(torch.tensor([[0.5, 0.5, 1e-6]])).repeat(len(x), 1)]
+
+    q = torch.tensor([[0.0, 1.0, 9.0, 2.0, 3.0, 9.0]])  # joint (i, j) -> i * 3 + j
+    labels, _ = support_greedy(Fixed(), torch.zeros(1, 4), q, [2, 3], 0.5)
+    assert labels.tolist() == [[1, 1]]  # (1, 1): q 3, prob 0.2 >= 0.5 * 0.3; j=2 masked
+    labels, _ = support_greedy(Fixed(), torch.zeros(1, 4), q, [2, 3], 0.9)
+    assert labels.tolist() == [[0, 1]]  # only (0, 0) and (0, 1) have 0.3 >= 0.9 * 0.3
+
+
 def test_bad_config_and_data_name_the_field():
+    with pytest.raises(ValueError, match="extract"):
+        IQLConfig(extract="greedy")
     with pytest.raises(ValueError, match="expectile"):
         IQLConfig(expectile=1.0)
     with pytest.raises(ValueError, match="gamma"):

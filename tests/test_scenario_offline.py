@@ -105,7 +105,8 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--expectile", "1.0"], ["--expectile", "0.4"],
                                   ["--beta", "-1"], ["--penalty", "-1", "0"],
                                   ["--budget-quantile", "0"], ["--budget-quantile", "1.5"],
-                                  ["--budget-quantile", "0.95", "--data", "/no/such"]])
+                                  ["--budget-quantile", "0.95", "--data", "/no/such"],
+                                  ["--support", "0"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2

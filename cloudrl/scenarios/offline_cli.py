@@ -48,6 +48,8 @@ def check_args(args: argparse.Namespace) -> str | None:
     if args.budget_quantile is not None and args.data and args.learner == "cql_lag":
         return ("--budget-quantile with --data: cql_lag trains on the costs the data was "
                 "written with; record anew, or use --learner student or iql")
+    if not 0.0 < args.support <= 1.0:
+        return f"--support must be in (0, 1], got {args.support}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
         return f"--data {args.data}: no dataset.json (a directory this command wrote)"
     return None
@@ -91,7 +93,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                               epochs=args.epochs) if args.learner == "student" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     critic_steps=args.steps, policy_steps=args.steps,
-                    penalty=tuple(args.penalty)) if args.learner == "iql" else None
+                    penalty=tuple(args.penalty), extract=args.extract,
+                    support=args.support) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
               noise=tuple(args.noise or ()), iql=iql, override=override,
@@ -159,6 +162,12 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--penalty", type=float, nargs=2, default=[0.0, 0.0],
                    metavar=("LC", "BATCH"),
                    help="iql: $ per violation of each class added to the env's SLA price")
+    p.add_argument("--extract", choices=("awr", "support"), default="awr",
+                   help="iql: advantage-weighted regression on the data's actions, or the "
+                        "best-Q action within the behaviours' support (discrete BCQ)")
+    p.add_argument("--support", type=float, default=0.3,
+                   help="iql --extract support: an action is supported where the behaviour "
+                        "clone gives it at least this share of its likeliest's probability")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
     p.add_argument("--override", metavar="JSON",

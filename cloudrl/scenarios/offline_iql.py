@@ -43,8 +43,9 @@ def _macro(obs: Any) -> np.ndarray:
 
 def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
                         ) -> tuple[np.ndarray, ...]:
-    """(obs, (release, ready) taken, reward, next obs, done) of every logged decision; the
-    reward less ``penalty[k]`` $ per violation of class k."""
+    """(obs, (release, ready) taken, reward, next obs, done, the behaviour's own (release,
+    ready)) of every logged decision; the reward less ``penalty[k]`` $ per violation of
+    class k."""
     n = len(ep)
     obs = _macro(ep.get_observations(slice(0, n + 1)))
     a = np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1)
@@ -55,14 +56,18 @@ def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
             r = r - penalty[k] * np.array([float(i[f"violations_{c}"]) for i in infos])
     done = np.zeros(n, np.float32)
     done[-1] = float(ep.is_terminated)
-    acts = np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
-    return obs[:-1], acts, r, obs[1:], done
+    own = np.array([int(i.get("behaviour_action", a[t])) for t, i in enumerate(infos)])
+    return obs[:-1], _branches(a), r, obs[1:], done, _branches(own)
+
+
+def _branches(a: np.ndarray) -> np.ndarray:
+    return np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
 
 
 def transitions(episodes: list[Any], penalty: tuple[float, ...] = (0.0, 0.0)) -> Transitions:
     """Every logged decision of ``episodes`` as one batch."""
     parts = [episode_transitions(ep, penalty) for ep in episodes]
-    return Transitions(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
+    return Transitions(*(np.concatenate([p[k] for p in parts]) for k in range(6)))
 
 
 def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,

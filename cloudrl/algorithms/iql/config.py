@@ -14,7 +14,8 @@ class IQLConfig:
     inverse temperature of the extraction weights ``exp(beta * A)``, ``A`` in units of
     the mean absolute per-step reward (the reward is divided by it before training),
     capped at ``max_weight``. ``penalty``: per class, $ added to each step's cost per
-    violation beyond the env's own SLA price (0: the env's prices alone).
+    violation beyond the env's own SLA price (0: the env's prices alone). ``extract``
+    and ``support``: how the policy is read off the critic (the learner's docstring).
     """
 
     run_seed: int = 0
@@ -30,6 +31,8 @@ class IQLConfig:
     lr: float = 3e-4
     polyak: float = 0.005
     penalty: tuple[float, ...] = (0.0, 0.0)
+    extract: str = "awr"  # "awr" or "support" (see cloudrl.algorithms.iql.learner)
+    support: float = 0.3
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gamma < 1.0:
@@ -41,5 +44,9 @@ class IQLConfig:
         for name in ("critic_steps", "policy_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"IQLConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.extract not in ("awr", "support"):
+            raise ValueError(f"IQLConfig.extract must be awr or support, got {self.extract!r}")
+        if not 0.0 < self.support <= 1.0:
+            raise ValueError(f"IQLConfig.support must be in (0, 1], got {self.support}")
         if any(p < 0 for p in self.penalty):
             raise ValueError(f"IQLConfig.penalty must be >= 0, got {self.penalty}")

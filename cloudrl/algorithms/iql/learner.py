@@ -10,9 +10,12 @@ the updates (the same trade as :mod:`cloudrl.algorithms.distill.learner`). The s
    the upper ``expectile`` of the target-Q of the data's action (asymmetric L2), so V
    approaches the value of the best action the data supports without ever querying an
    action outside it.
-2. **Extraction** (``policy_steps``): the branching policy module maximises
-   ``Σ exp(β · A(s, a)) · log π(a | s)`` over the data's actions, ``A = min Q - V``
-   (advantage-weighted regression), the joint log-probability the sum over branches.
+2. **Extraction** (``policy_steps``), ``extract="awr"``: the branching policy module
+   maximises ``Σ exp(β · A(s, a)) · log π(a | s)`` over the data's actions, ``A = min Q -
+   V`` (advantage-weighted regression), the joint log-probability the sum over branches.
+   ``extract="support"``: the module first clones the behaviours' own actions, then is
+   fitted to the action of highest Q among those that clone gives at least ``support``
+   times its likeliest action's probability (discrete BCQ's rule on IQL's critic).
 
 Rewards are divided by their mean absolute value first, so ``beta`` means the same on
 any scenario; the returned diagnostics say what that scale was.
@@ -42,11 +45,12 @@ class Transitions:
     rewards: np.ndarray
     next_obs: np.ndarray
     dones: np.ndarray
+    behaviour_actions: np.ndarray | None = None  # the behaviour's own, where noise was injected
 
     def __post_init__(self) -> None:
         n = len(self.obs)
-        for name in ("actions", "rewards", "next_obs", "dones"):
-            if len(getattr(self, name)) != n:
+        for name in ("actions", "rewards", "next_obs", "dones", "behaviour_actions"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"Transitions.{name} has {len(getattr(self, name))} rows, "
                                  f"obs {n}")
         if n == 0:
@@ -129,18 +133,53 @@ def train_iql(module: Any, data: Transitions, cfg: IQLConfig, log: Any = print
                       "adv_std": float(adv.std()), "weight_mean": float(weights.mean()),
                       "weight_capped_share": float((weights >= cfg.max_weight).float().mean()),
                       "q_greedy_minus_data": float(greedy_gain)})
-    acts = torch.as_tensor(data.actions, dtype=torch.int64)
-    p_opt = torch.optim.Adam(module.parameters(), lr=cfg.lr)
+    if cfg.extract == "awr":
+        acts = torch.as_tensor(data.actions, dtype=torch.int64)
+        stats["policy_loss"] = _weighted_fit(module, x, acts, weights, cfg, gen)
+    else:
+        own = data.actions if data.behaviour_actions is None else data.behaviour_actions
+        _weighted_fit(module, x, torch.as_tensor(own, dtype=torch.int64),
+                      torch.ones(n), cfg, gen)
+        labels, moved = support_greedy(module, x, q_all, sizes, cfg.support)
+        stats["support_greedy_moved_share"] = moved
+        stats["policy_loss"] = _weighted_fit(module, x, labels, torch.ones(n), cfg, gen)
+    return stats
+
+
+def _weighted_fit(module: Any, x: torch.Tensor, acts: torch.Tensor, weights: torch.Tensor,
+                  cfg: IQLConfig, gen: torch.Generator) -> float:
+    """``policy_steps`` minibatch steps of the weighted joint log-likelihood of ``acts``."""
+    opt = torch.optim.Adam(module.parameters(), lr=cfg.lr)
     module.train()
+    loss = torch.zeros(())
     for _ in range(cfg.policy_steps):
-        idx = torch.randint(n, (cfg.batch_size,), generator=gen)
+        idx = torch.randint(len(x), (cfg.batch_size,), generator=gen)
         logits = module.branch_logits(x[idx])
         logp = sum(F.log_softmax(lg, -1).gather(1, acts[idx, k:k + 1])[:, 0]
                    for k, lg in enumerate(logits))
-        p_loss = -(weights[idx] * logp).mean()
-        p_opt.zero_grad()
-        p_loss.backward()
-        p_opt.step()
+        loss = -(weights[idx] * logp).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     module.eval()
-    stats["policy_loss"] = p_loss.item()
-    return stats
+    return loss.item()
+
+
+@torch.no_grad()
+def support_greedy(module: Any, x: torch.Tensor, q: torch.Tensor, sizes: list[int],
+                   support: float) -> tuple[torch.Tensor, float]:
+    """Per state, the joint action of highest ``q`` among those the behaviour model
+    ``module`` gives at least ``support`` times its likeliest action's probability
+    (discrete BCQ, Fujimoto et al. 2019), as per-branch indices; and the share of states
+    where that is not the behaviour model's own likeliest action."""
+    logp = torch.zeros(len(x), 1)
+    for lg in module.branch_logits(x):  # joint log-probability, first branch outermost
+        logp = (logp[:, :, None] + F.log_softmax(lg, -1)[:, None, :]).reshape(len(x), -1)
+    allowed = logp >= logp.max(1, keepdim=True).values + float(np.log(support))
+    best = torch.where(allowed, q, torch.full_like(q, -torch.inf)).argmax(1)
+    moved = float((best != logp.argmax(1)).float().mean())
+    out = []
+    for n in reversed(sizes):
+        out.append(best % n)
+        best = best // n
+    return torch.stack(out[::-1], dim=1), moved
