@@ -106,7 +106,8 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--beta", "-1"], ["--penalty", "-1", "0"],
                                   ["--budget-quantile", "0"], ["--budget-quantile", "1.5"],
                                   ["--budget-quantile", "0.95", "--data", "/no/such"],
-                                  ["--support", "0"]])
+                                  ["--support", "0"], ["--window-noise", "0"],
+                                  ["--window-noise", "0.5", "--data", "/no/such"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -299,3 +300,30 @@ def test_budget_quantile_is_the_larger_behaviours_per_episode_quantile(tiny, tmp
         both = [all(m[f"sla_{c}"] <= doc["budgets"][c] + 1e-12 for c in OA.CLASSES)
                 for m in rows]
         assert doc["within_budget"][name]["both"] == pytest.approx(np.mean(both))
+
+
+def test_window_noise_shifts_whole_windows_and_logs_the_behaviours_own_action(tiny):
+    from envs.scenario.env import READY_MARGINS
+
+    [clean, shifted] = OA.record(tiny, [0], behaviours=("mpc",), window_noise=(1.0,))
+    assert OA.is_clean(clean) and not OA.is_clean(shifted)
+    assert shifted.custom_data["noise_kind"] == "window"
+    n = len(shifted)
+    taken = np.asarray(shifted.get_actions(slice(0, n)))
+    own = np.array([shifted.get_infos(t + 1)["behaviour_action"] for t in range(n)])
+    nr = len(READY_MARGINS)
+    moved = [(a // nr - b // nr, a % nr - b % nr) for a, b in zip(taken, own, strict=True)]
+    windows = [moved[k:k + OA.WINDOW_STEPS] for k in range(0, n, OA.WINDOW_STEPS)]
+    # every window at level 1.0 is shifted (by a step drawn for the window, clipped at
+    # the grid's edges, so a window at an edge may not move)
+    assert sum(any(m != (0, 0) for m in w) for w in windows) >= 0.8 * len(windows)
+    for w in windows:
+        unclipped = {m for m in w if m != (0, 0)}
+        assert all(abs(a) <= 2 and abs(b) <= 1 for a, b in unclipped)
+    assert OA.shifted(0, 0, (-2, -1), 6, 4) == (0, 0)
+    assert OA.shifted(5, 3, (2, 1), 6, 4) == (5, 3)
+    assert OA.shifted(2, 1, (1, -1), 6, 4) == (3, 0)
+    again = OA.record(tiny, [0], behaviours=("mpc",), window_noise=(1.0,))[1]
+    assert np.array_equal(np.asarray(again.get_actions(slice(0, n))), taken)
+    with pytest.raises(ValueError, match="noise kind"):
+        OA.record_episode(tiny, OA._controller("mpc", {}), 0, "mpc", 0.5, "burst")

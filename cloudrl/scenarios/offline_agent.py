@@ -81,29 +81,56 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+WINDOW_STEPS = 8  # a shifted window: 8 decisions, two hours at the 15-minute period
+
+
+def shifted(i: int, j: int, shift: tuple[int, int], n_release: int, n_ready: int
+            ) -> tuple[int, int]:
+    """Release index ``i`` and ready index ``j`` moved by ``shift``, clipped to the grid."""
+    return (min(max(i + shift[0], 0), n_release - 1), min(max(j + shift[1], 0), n_ready - 1))
+
+
 def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: str,
-                   noise: float = 0.0) -> Any:
+                   noise: float = 0.0, kind: str = "step") -> Any:
     """One episode of ``controller`` rounded to the flat env actions, as RLlib records it.
-    With ``noise`` > 0 each decision is, with that probability, a uniformly random action
-    instead (seeded by the episode seed, the behaviour and the noise); every step's infos
+    With ``noise`` > 0 and ``kind="step"`` each decision is, with that probability, a
+    uniformly random action instead; with ``kind="window"`` each window of
+    :data:`WINDOW_STEPS` decisions is, with that probability, shifted as a whole: the
+    behaviour's release and ready levels moved by a step drawn once per window from -2..+2
+    and -1..+1 (not both 0), a sustained deviation whose later cost a critic can see.
+    Seeded by the episode seed, the behaviour, the noise and its kind; every step's infos
     keep the behaviour's own action (``behaviour_action``), so a learner can imitate the
     behaviour from the states its perturbed runs reach (DART, Laskey et al. 2017)."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
     env = MaskedScenarioEnv({"config": cfg, "interface": "flat"})
     inner = env.unwrapped
-    rng = np.random.default_rng([int(seed), sum(map(ord, behaviour)), int(round(noise * 1e6))])
+    if kind not in ("step", "window"):
+        raise ValueError(f"noise kind {kind!r}: valid: step, window")
+    rng = np.random.default_rng([int(seed), sum(map(ord, behaviour)), int(round(noise * 1e6)),
+                                 *([] if kind == "step" else [1])])
     ep = SingleAgentEpisode(observation_space=env.observation_space,
                             action_space=env.action_space)
     obs, info = env.reset(seed=int(seed))
     controller.reset(inner.sim)
     ep.add_env_reset(observation=obs, infos=dict(info))
     n_actions = int(env.action_space.n)
+    n_release = n_actions // len(READY_MARGINS)
+    shifts = [(a, b) for a in range(-2, 3) for b in range(-1, 2) if (a, b) != (0, 0)]
+    shift, t = (0, 0), 0
     while True:
         i, j = nearest_action(inner._view, *controller.decide(inner.sim))
         intended = i * len(READY_MARGINS) + j
-        action = int(rng.integers(n_actions)) if noise > 0 and rng.random() < noise \
-            else intended
+        if kind == "window":
+            if t % WINDOW_STEPS == 0:
+                shift = shifts[int(rng.integers(len(shifts)))] if noise > 0 and \
+                    rng.random() < noise else (0, 0)
+            a, b = shifted(i, j, shift, n_release, len(READY_MARGINS))
+            action = a * len(READY_MARGINS) + b
+        else:
+            action = int(rng.integers(n_actions)) if noise > 0 and rng.random() < noise \
+                else intended
+        t += 1
         obs, reward, terminated, truncated, info = env.step(action)
         step_info = {k: float(info[k]) for k in STEP_KEYS}
         step_info["behaviour_action"] = int(intended)
@@ -115,21 +142,24 @@ def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: s
         if terminated or truncated:
             break
     ep.custom_data.update({"episode_seed": int(seed), "policy": behaviour,
-                           "interface": "flat", "noise": float(noise)})
+                           "interface": "flat", "noise": float(noise), "noise_kind": kind})
     return ep
 
 
 def record(cfg: ScenarioConfig, seeds: list[int], params: dict[str, dict] | None = None,
-           behaviours: tuple[str, ...] = BEHAVIOURS, noise: tuple[float, ...] = ()
-           ) -> list[Any]:
-    """Episodes of every behaviour on every seed (``params``: behaviour -> its config), and
-    once more per level in ``noise`` with that share of random actions."""
+           behaviours: tuple[str, ...] = BEHAVIOURS, noise: tuple[float, ...] = (),
+           window_noise: tuple[float, ...] = ()) -> list[Any]:
+    """Episodes of every behaviour on every seed (``params``: behaviour -> its config), once
+    more per level in ``noise`` with that share of random actions, and once more per level
+    in ``window_noise`` with that share of two-hour windows shifted
+    (:func:`record_episode`)."""
     params = params if params is not None else behaviour_params(cfg.name)
     out = []
-    for level in (0.0, *noise):
+    runs = [(0.0, "step"), *((x, "step") for x in noise), *((x, "window") for x in window_noise)]
+    for level, kind in runs:
         for b in behaviours:
             ctrl = _controller(b, params.get(b, {}))
-            out += [record_episode(cfg, ctrl, s, b, level) for s in seeds]
+            out += [record_episode(cfg, ctrl, s, b, level, kind) for s in seeds]
     return out
 
 
@@ -188,7 +218,10 @@ def write_dataset(episodes: list[Any], out: str | Path, budgets: dict[str, float
                        prefix=f"scenario-{b}", episodes_per_file=50)
     (out / "dataset.json").write_text(json.dumps(
         {"budgets": budgets, "behaviours": behaviour_table(episodes),
-         "noise": sorted({float(ep.custom_data.get("noise", 0.0)) for ep in episodes}),
+         "noise": sorted({float(ep.custom_data.get("noise", 0.0)) for ep in episodes
+                          if ep.custom_data.get("noise_kind", "step") == "step"}),
+         "window_noise": sorted({float(ep.custom_data["noise"]) for ep in episodes
+                                 if ep.custom_data.get("noise_kind") == "window"}),
          "override": override},
         indent=1))
     return out
@@ -371,6 +404,7 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         settings: TrainSettings, workers: int | None = None, log: Any = print,
         data: str | Path | None = None, student: Any = None,
         noise: tuple[float, ...] = (), iql: Any = None,
+        window_noise: tuple[float, ...] = (),
         override: dict[str, Any] | None = None,
         budget_quantile: float | None = None) -> OfflineRun:
     """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
@@ -388,7 +422,7 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     wall: dict[str, float] = {}
     t0 = time.perf_counter()
     if data is None:
-        eps = record(cfg, list(train_seeds(episodes)), noise=noise)
+        eps = record(cfg, list(train_seeds(episodes)), noise=noise, window_noise=window_noise)
         budgets = class_budgets(eps, budget_quantile)
         data = write_dataset(eps, out / "data", budgets, override)
     else:
@@ -401,8 +435,8 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     del eps
     wall["record_s"] = time.perf_counter() - t0
     log(f"{cfg.name}: {episodes} train episodes each of {', '.join(BEHAVIOURS)} "
-        f"(rounded to env actions)" + (f" and {n_noisy} with random actions injected"
-                                       if n_noisy else "") + f" in {data}")
+        f"(rounded to env actions)" + (f" and {n_noisy} with random actions or shifted "
+                                       f"windows injected" if n_noisy else "") + f" in {data}")
     for b, row in behaviours.items():
         log(f"  {b}: cost ${row['cost_usd']:.2f}, SLA LC {100 * row['sla_lc']:.4f}%, "
             f"batch {100 * row['sla_batch']:.4f}%")

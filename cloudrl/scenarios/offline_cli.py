@@ -31,8 +31,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--budget-fraction must be > 0, got {args.budget_fraction}"
     if any(not 0.0 < x <= 1.0 for x in args.noise or ()):
         return f"--noise levels must be in (0, 1], got {args.noise}"
-    if args.noise and args.data:
-        return "--noise records new episodes; it cannot be used with --data"
+    if any(not 0.0 < x <= 1.0 for x in args.window_noise or ()):
+        return f"--window-noise levels must be in (0, 1], got {args.window_noise}"
+    if (args.noise or args.window_noise) and args.data:
+        return "--noise and --window-noise record new episodes; they cannot be used with --data"
     if args.epochs < 1:
         return f"--epochs must be >= 1, got {args.epochs}"
     if args.steps < 1:
@@ -98,7 +100,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
               noise=tuple(args.noise or ()), iql=iql, override=override,
-              budget_quantile=args.budget_quantile)
+              budget_quantile=args.budget_quantile,
+              window_noise=tuple(args.window_noise or ()))
     label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -152,6 +155,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--noise", type=float, nargs="+",
                    help="also record every behaviour on every seed once per level with that "
                         "share of random actions, logging the behaviour's own action")
+    p.add_argument("--window-noise", type=float, nargs="+",
+                   help="also record every behaviour on every seed once per level with that "
+                        "share of two-hour windows shifted by a release and ready step "
+                        "drawn per window, logging the behaviour's own action")
     p.add_argument("--epochs", type=int, default=60, help="student: cloning epochs")
     p.add_argument("--steps", type=int, default=20_000,
                    help="iql: critic updates, and as many policy updates (256 decisions each)")
