@@ -327,3 +327,16 @@ def test_window_noise_shifts_whole_windows_and_logs_the_behaviours_own_action(ti
     assert np.array_equal(np.asarray(again.get_actions(slice(0, n))), taken)
     with pytest.raises(ValueError, match="noise kind"):
         OA.record_episode(tiny, OA._controller("mpc", {}), 0, "mpc", 0.5, "burst")
+
+
+def test_validation_split_evaluates_on_validation_seeds(tmp_path, capsys):
+    from cloudrl.protocol import validation_seeds
+
+    out = tmp_path / "v.json"
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "1",
+                     "--n-seeds", "2", "--split", "validation", "--learner", "student",
+                     "--epochs", "1", "--out", str(tmp_path / "o"), "--workers", "1",
+                     "--json", str(out)])
+    assert code == 0 and "2 validation seeds" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["split"] == "validation" and doc["seeds"] == list(validation_seeds(2))

@@ -329,6 +329,7 @@ class Evaluation:
     budgets: dict[str, float]
     comparisons: dict[str, dict[str, float]] = field(default_factory=dict)
     within: dict[str, dict[str, float]] = field(default_factory=dict)
+    split: str = "test"
 
 
 def evaluate(cfg: ScenarioConfig, checkpoint: str | Path, budgets: dict[str, float],
@@ -363,7 +364,7 @@ def evaluate(cfg: ScenarioConfig, checkpoint: str | Path, budgets: dict[str, flo
 
 def format_table(ev: Evaluation, label: str = "cql_lag") -> str:
     b = ev.budgets
-    lines = [f"{len(ev.seeds)} test seeds; budgets: SLA LC {100 * b['lc']:.4f}%, "
+    lines = [f"{len(ev.seeds)} {ev.split} seeds; budgets: SLA LC {100 * b['lc']:.4f}%, "
              f"SLA batch {100 * b['batch']:.4f}% (violation rate per episode)",
              f"{'policy':14s}{'cost $':>10s}{'SLA LC %':>11s}{'SLA batch %':>13s}"
              f"{'LC within':>11s}{'batch within':>14s}{'both within':>13s}"]
@@ -381,7 +382,8 @@ def format_table(ev: Evaluation, label: str = "cql_lag") -> str:
 
 
 def to_json(ev: Evaluation) -> dict[str, Any]:
-    return {"seeds": ev.seeds, "budgets": ev.budgets, "comparisons": ev.comparisons,
+    return {"split": ev.split, "seeds": ev.seeds, "budgets": ev.budgets,
+            "comparisons": ev.comparisons,
             "within_budget": ev.within,
             "means": {n: {k: float(np.mean([m[k] for m in rows]))
                           for k in ("cost_usd", "sla_lc", "sla_batch")}
@@ -406,8 +408,9 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         noise: tuple[float, ...] = (), iql: Any = None,
         window_noise: tuple[float, ...] = (),
         override: dict[str, Any] | None = None,
-        budget_quantile: float | None = None) -> OfflineRun:
-    """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` test seeds.
+        budget_quantile: float | None = None, split: str = "test") -> OfflineRun:
+    """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` seeds of
+    ``split`` (test; validation to choose settings without touching the test seeds).
     ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
     budget-filtered cloning learner instead of CQL-Lag, ``iql`` a
     :class:`cloudrl.algorithms.iql.IQLConfig` implicit Q-learning
@@ -416,7 +419,7 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     quantile of the behaviours' per-episode rates, not their means (:func:`class_budgets`;
     with ``data``, computed again from its episodes)."""
     from cloudrl.data.offline import read_dataset
-    from cloudrl.protocol import test_seeds, train_seeds
+    from cloudrl.protocol import seeds_for, train_seeds
 
     out = Path(out)
     wall: dict[str, float] = {}
@@ -467,7 +470,8 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         label, kind = "cql_lag", "rllib"
     wall["train_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ev = evaluate(cfg, ckpt, budgets, list(test_seeds(n_seeds)), workers=workers,
+    ev = evaluate(cfg, ckpt, budgets, list(seeds_for(split, n_seeds)), workers=workers,
                   label=label, kind=kind)
+    ev.split = split
     wall["evaluate_s"] = time.perf_counter() - t0
     return OfflineRun(Path(data), ckpt, budgets, behaviours, metrics, ev, wall)

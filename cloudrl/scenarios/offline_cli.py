@@ -24,7 +24,7 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--episodes must be in 1..{N_SEEDS} (train seeds per behaviour), got " \
                f"{args.episodes}"
     if not 1 <= args.n_seeds <= N_SEEDS:
-        return f"--n-seeds must be in 1..{N_SEEDS} (test seeds), got {args.n_seeds}"
+        return f"--n-seeds must be in 1..{N_SEEDS} (evaluation seeds), got {args.n_seeds}"
     if args.iterations < 1:
         return f"--iterations must be >= 1, got {args.iterations}"
     if not args.budget_fraction > 0:
@@ -101,7 +101,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
               workers=args.workers, data=args.data, student=student,
               noise=tuple(args.noise or ()), iql=iql, override=override,
               budget_quantile=args.budget_quantile,
-              window_noise=tuple(args.window_noise or ()))
+              window_noise=tuple(args.window_noise or ()), split=args.split)
     label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -129,7 +129,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=20,
                    help="train seeds each behaviour policy plays (1..50)")
     p.add_argument("--run-seed", type=int, default=0, help="training run seed")
-    p.add_argument("--n-seeds", type=int, default=10, help="test seeds (1..50)")
+    p.add_argument("--n-seeds", type=int, default=10, help="evaluation seeds (1..50)")
+    p.add_argument("--split", choices=("test", "validation"), default="test",
+                   help="the seeds the agent is evaluated on: test, or validation to choose "
+                        "settings without touching the test seeds")
     p.add_argument("--iterations", type=int, default=300,
                    help="training iterations (1024 logged transitions each, 4 epochs of "
                         "256-transition updates)")
