@@ -290,7 +290,9 @@ def test_budget_quantile_is_the_larger_behaviours_per_episode_quantile(tiny, tmp
                      str(tmp_path / "o" / "data"), "--learner", "student", "--epochs", "1",
                      "--budget-quantile", "1.0", "--n-seeds", "2", "--out",
                      str(tmp_path / "q"), "--workers", "1", "--json", str(out)])
-    assert code == 0 and "1 quantile" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert code == 0 and "1 quantile" in text
+    assert "tiny: 2 train episodes each" in text  # the data's count, not --episodes
     doc = json.loads(out.read_text())
     from cloudrl.data.offline import read_dataset
 

@@ -435,6 +435,7 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
             budgets = class_budgets(eps, budget_quantile)
     behaviours = behaviour_table(eps)
     n_noisy = sum(not is_clean(ep) for ep in eps)
+    episodes = max(int(row["episodes"]) for row in behaviours.values())  # of the data
     del eps
     wall["record_s"] = time.perf_counter() - t0
     log(f"{cfg.name}: {episodes} train episodes each of {', '.join(BEHAVIOURS)} "

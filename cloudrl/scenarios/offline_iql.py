@@ -84,7 +84,7 @@ def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     batch = transitions(episodes, s.penalty)
     log(f"iql: {len(episodes)} logged episodes, {len(batch.obs)} decisions "
         f"({sum(float(ep.custom_data.get('noise', 0.0)) > 0 for ep in episodes)} episodes "
-        f"with random actions injected)")
+        f"with random actions or shifted windows injected)")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
