@@ -107,6 +107,7 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--budget-quantile", "0"], ["--budget-quantile", "1.5"],
                                   ["--budget-quantile", "0.95", "--data", "/no/such"],
                                   ["--support", "0"], ["--window-noise", "0"],
+                                  ["--gamma", "1"], ["--policy-steps", "0"],
                                   ["--window-noise", "0.5", "--data", "/no/such"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
@@ -212,6 +213,7 @@ def test_iql_learner_runs_on_tiny_on_every_logged_decision(tmp_path, capsys):
     out = tmp_path / "run.json"
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--episodes", "2",
                      "--noise", "0.5", "--n-seeds", "2", "--learner", "iql", "--steps", "50",
+                     "--policy-steps", "7", "--gamma", "0.9",
                      "--out", str(tmp_path / "o"), "--workers", "1", "--json", str(out)])
     assert code == 0
     doc = json.loads(out.read_text())
@@ -224,6 +226,8 @@ def test_iql_learner_runs_on_tiny_on_every_logged_decision(tmp_path, capsys):
     info = json.loads((tmp_path / "o" / "iql_seed0" / "offline.json").read_text())
     # every decision of every logged episode, the noisy runs included
     assert info["rows"] == sum(len(ep) for ep in eps) and info["episodes"] == 8
+    assert info["settings"]["policy_steps"] == 7 and info["settings"]["gamma"] == 0.9
+    assert info["settings"]["critic_steps"] == 50
     from cloudrl.scenarios.offline_iql import transitions
 
     batch = transitions(eps)

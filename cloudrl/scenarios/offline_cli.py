@@ -39,6 +39,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--epochs must be >= 1, got {args.epochs}"
     if args.steps < 1:
         return f"--steps must be >= 1, got {args.steps}"
+    if args.policy_steps is not None and args.policy_steps < 1:
+        return f"--policy-steps must be >= 1, got {args.policy_steps}"
+    if not 0.0 < args.gamma < 1.0:
+        return f"--gamma must be in (0, 1), got {args.gamma}"
     if not 0.5 <= args.expectile < 1.0:
         return f"--expectile must be in [0.5, 1), got {args.expectile}"
     if args.beta < 0:
@@ -94,7 +98,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe, select=args.select,
                               epochs=args.epochs) if args.learner == "student" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
-                    critic_steps=args.steps, policy_steps=args.steps,
+                    gamma=args.gamma, critic_steps=args.steps,
+                    policy_steps=args.policy_steps or args.steps,
                     penalty=tuple(args.penalty), extract=args.extract,
                     support=args.support) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
@@ -164,7 +169,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
                         "drawn per window, logging the behaviour's own action")
     p.add_argument("--epochs", type=int, default=60, help="student: cloning epochs")
     p.add_argument("--steps", type=int, default=20_000,
-                   help="iql: critic updates, and as many policy updates (256 decisions each)")
+                   help="iql: critic updates (256 decisions each)")
+    p.add_argument("--policy-steps", type=int, default=None,
+                   help="iql: policy updates (default: as many as --steps)")
+    p.add_argument("--gamma", type=float, default=0.99, help="iql: discount per decision")
     p.add_argument("--expectile", type=float, default=0.8,
                    help="iql: the expectile of Q over the data's actions that V fits")
     p.add_argument("--beta", type=float, default=3.0,
