@@ -119,7 +119,41 @@ def test_support_greedy_masks_joint_actions_by_the_behaviour_models_probability(
     assert labels.tolist() == [[0, 1]]  # only (0, 0) and (0, 1) have 0.3 >= 0.9 * 0.3
 
 
+def test_the_paired_critic_sees_through_each_seeds_luck():
+    """Seeds with a large shared offset on every return (a spike, a burst of jobs) and, per
+    seed, four episodes: level 2 at the first step gains 1 later, others lose 1; the seed's
+    luck is 10x that. Against the other episodes of its seed, the luck cancels."""
+    rng = np.random.default_rng(3)
+    d = len(OBS_NAMES)
+    obs, acts, rew, paired = [], [], [], []
+    for _ in range(150):
+        luck = rng.normal(0.0, 10.0)
+        state = np.zeros(d, np.float32)
+        state[0] = rng.normal(0.0, 0.1)
+        levels = [2 if rng.random() < 0.2 else int(rng.choice([0, 1, 3])) for _ in range(4)]
+        g = np.array([luck + (1.0 if lv == 2 else -1.0) for lv in levels])
+        for k, lv in enumerate(levels):
+            obs.append(state)
+            acts.append([lv, 0])
+            rew.append(g[k])
+            paired.append(g[k] - np.mean(np.delete(g, k)))
+    n = len(obs)
+    data = Transitions(np.array(obs), np.array(acts, np.int64), np.array(rew), np.array(obs),
+                       np.ones(n, np.float32), paired_returns=np.array(paired))
+    cfg = IQLConfig(hiddens=(32,), policy_hiddens=(32,), critic_steps=1500, policy_steps=800,
+                    lr=3e-3, critic="paired", extract="support")
+    module = build_module((32,))
+    stats = train_iql(module, data, cfg, log=lambda _: None)
+    assert np.mean(module.greedy(torch.as_tensor(np.array(obs)))[:, 0].numpy() == 2) > 0.95
+    assert stats["paired_return_std"] < 0.5 * np.std(rew) / np.mean(np.abs(rew))
+    with pytest.raises(ValueError, match="paired_returns"):
+        train_iql(build_module((32,)), Transitions(*(getattr(data, k) for k in (
+            "obs", "actions", "rewards", "next_obs", "dones"))), cfg, log=lambda _: None)
+
+
 def test_bad_config_and_data_name_the_field():
+    with pytest.raises(ValueError, match="critic"):
+        IQLConfig(critic="td")
     with pytest.raises(ValueError, match="extract"):
         IQLConfig(extract="greedy")
     with pytest.raises(ValueError, match="expectile"):

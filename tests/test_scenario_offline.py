@@ -242,6 +242,13 @@ def test_iql_learner_runs_on_tiny_on_every_logged_decision(tmp_path, capsys):
 
     logged = np.asarray(noisy.get_actions(slice(0, len(noisy))))
     assert np.all(taken[:, 0] * len(READY_MARGINS) + taken[:, 1] == logged)
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--data",
+                     str(tmp_path / "o" / "data"), "--learner", "iql", "--critic", "paired",
+                     "--steps", "20", "--n-seeds", "1", "--out", str(tmp_path / "p"),
+                     "--workers", "1"])
+    assert code == 0
+    paired = json.loads((tmp_path / "p" / "iql_seed0" / "offline.json").read_text())
+    assert paired["settings"]["critic"] == "paired" and paired["paired_return_std"] > 0
     penalised = transitions([first], (10.0, 0.0)).rewards
     lc = np.array([first.get_infos(t + 1)["violations_lc"] for t in range(len(first))])
     assert np.allclose(penalised, transitions([first]).rewards - 10.0 * lc)
@@ -346,3 +353,27 @@ def test_validation_split_evaluates_on_validation_seeds(tmp_path, capsys):
     assert code == 0 and "2 validation seeds" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["split"] == "validation" and doc["seeds"] == list(validation_seeds(2))
+
+
+def test_paired_returns_are_returns_to_go_less_the_siblings_and_cancel_per_seed(tiny):
+    from cloudrl.scenarios.offline_iql import paired_returns, transitions
+
+    eps = OA.record(tiny, [0, 1], noise=(0.5,))  # four episodes per seed
+    gamma = 0.9
+    y = paired_returns(eps, gamma)
+    assert len(y) == len(transitions(eps).rewards)
+    lengths = [len(ep) for ep in eps]
+    parts = np.split(y, np.cumsum(lengths)[:-1])
+    g = []
+    for ep in eps:
+        r = transitions([ep]).rewards
+        g.append(np.array([sum(gamma ** k * r[t + k] for k in range(len(r) - t))
+                           for t in range(len(r))]))
+    seeds = [ep.custom_data["episode_seed"] for ep in eps]
+    for k, (seed, part) in enumerate(zip(seeds, parts, strict=True)):
+        sib = [g[i] for i, s in enumerate(seeds) if s == seed and i != k]
+        assert np.allclose(part, g[k] - np.mean(sib, axis=0))
+    for seed in set(seeds):  # the seed's common part cancels: they sum to 0 at every step
+        assert np.allclose(sum(p for p, s in zip(parts, seeds, strict=True) if s == seed), 0.0)
+    with pytest.raises(ValueError, match="seed 0 has one logged episode"):
+        paired_returns([eps[0]], gamma)

@@ -100,7 +100,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
                     policy_steps=args.policy_steps or args.steps,
-                    penalty=tuple(args.penalty), extract=args.extract,
+                    penalty=tuple(args.penalty), critic=args.critic, extract=args.extract,
                     support=args.support) if args.learner == "iql" else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
@@ -180,6 +180,9 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--penalty", type=float, nargs=2, default=[0.0, 0.0],
                    metavar=("LC", "BATCH"),
                    help="iql: $ per violation of each class added to the env's SLA price")
+    p.add_argument("--critic", choices=("expectile", "paired"), default="expectile",
+                   help="iql: IQL's expectile TD critic, or Monte Carlo returns less those of "
+                        "the other logged episodes of the same seed (paired)")
     p.add_argument("--extract", choices=("awr", "support"), default="awr",
                    help="iql: advantage-weighted regression on the data's actions, or the "
                         "best-Q action within the behaviours' support (discrete BCQ)")

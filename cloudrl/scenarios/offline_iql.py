@@ -70,6 +70,35 @@ def transitions(episodes: list[Any], penalty: tuple[float, ...] = (0.0, 0.0)) ->
     return Transitions(*(np.concatenate([p[k] for p in parts]) for k in range(6)))
 
 
+def paired_returns(episodes: list[Any], gamma: float,
+                   penalty: tuple[float, ...] = (0.0, 0.0)) -> np.ndarray:
+    """Per logged decision (in :func:`transitions`' order): its discounted return-to-go
+    less the mean of the other episodes' of the same seed (``custom_data["episode_seed"]``)
+    at the same step. Every seed needs at least two episodes; a step only some siblings
+    reach is compared with those that do."""
+    returns = []
+    for ep in episodes:
+        r = episode_transitions(ep, penalty)[2]
+        g = np.zeros(len(r))
+        acc = 0.0
+        for t in range(len(r) - 1, -1, -1):
+            acc = r[t] + gamma * acc
+            g[t] = acc
+        returns.append(g)
+    seeds = [int(ep.custom_data.get("episode_seed", -1)) for ep in episodes]
+    out = []
+    for k, (seed, g) in enumerate(zip(seeds, returns, strict=True)):
+        sib = [returns[i] for i, s in enumerate(seeds) if s == seed and i != k]
+        if not sib:
+            raise ValueError(f"paired returns: seed {seed} has one logged episode; every "
+                             f"seed needs two or more (record with --noise or "
+                             f"--window-noise)")
+        base = np.array([np.mean([h[t] for h in sib if t < len(h)] or [0.0])
+                         for t in range(len(g))])
+        out.append(g - base)
+    return np.concatenate(out)
+
+
 def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
                     budgets: dict[str, float], s: IQLConfig, log: Any = print
                     ) -> tuple[Path, dict[str, Any]]:
@@ -82,6 +111,8 @@ def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     t0 = time.perf_counter()
     episodes = read_dataset(data)
     batch = transitions(episodes, s.penalty)
+    if s.critic == "paired":
+        batch.paired_returns = paired_returns(episodes, s.gamma, s.penalty)
     log(f"iql: {len(episodes)} logged episodes, {len(batch.obs)} decisions "
         f"({sum(float(ep.custom_data.get('noise', 0.0)) > 0 for ep in episodes)} episodes "
         f"with random actions or shifted windows injected)")

@@ -14,8 +14,9 @@ class IQLConfig:
     inverse temperature of the extraction weights ``exp(beta * A)``, ``A`` in units of
     the mean absolute per-step reward (the reward is divided by it before training),
     capped at ``max_weight``. ``penalty``: per class, $ added to each step's cost per
-    violation beyond the env's own SLA price (0: the env's prices alone). ``extract``
-    and ``support``: how the policy is read off the critic (the learner's docstring).
+    violation beyond the env's own SLA price (0: the env's prices alone). ``critic``,
+    ``extract`` and ``support``: how the values are learned and how the policy is read off
+    them (the learner's docstring).
     """
 
     run_seed: int = 0
@@ -31,6 +32,7 @@ class IQLConfig:
     lr: float = 3e-4
     polyak: float = 0.005
     penalty: tuple[float, ...] = (0.0, 0.0)
+    critic: str = "expectile"  # "expectile" (IQL's) or "paired" (see the learner)
     extract: str = "awr"  # "awr" or "support" (see cloudrl.algorithms.iql.learner)
     support: float = 0.3
 
@@ -44,6 +46,9 @@ class IQLConfig:
         for name in ("critic_steps", "policy_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"IQLConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.critic not in ("expectile", "paired"):
+            raise ValueError(f"IQLConfig.critic must be expectile or paired, got "
+                             f"{self.critic!r}")
         if self.extract not in ("awr", "support"):
             raise ValueError(f"IQLConfig.extract must be awr or support, got {self.extract!r}")
         if not 0.0 < self.support <= 1.0:
