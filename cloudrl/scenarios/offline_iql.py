@@ -119,6 +119,7 @@ def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        torch.manual_seed(s.run_seed)  # the policy's initial weights too, not only the critic's
         module = build_module(s.policy_hiddens)
         stats = train_iql(module, batch, s, log)
     finally:
