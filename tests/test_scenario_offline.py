@@ -107,7 +107,7 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--budget-quantile", "0"], ["--budget-quantile", "1.5"],
                                   ["--budget-quantile", "0.95", "--data", "/no/such"],
                                   ["--support", "0"], ["--window-noise", "0"],
-                                  ["--gamma", "1"], ["--policy-steps", "0"],
+                                  ["--gamma", "1"], ["--policy-steps", "0"], ["--beta", "nan"],
                                   ["--window-noise", "0.5", "--data", "/no/such"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
@@ -400,3 +400,12 @@ def test_iql_training_is_a_function_of_the_run_seed(tiny, tmp_path):
     a, b, c = weights(0, "a"), weights(0, "b"), weights(1, "c")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"budgets": {"lc": "x"}}', ""])
+def test_a_broken_dataset_json_is_one_line_exit_2(content, tmp_path, capsys):
+    (tmp_path / "dataset.json").write_text(content)
+    code = cli.main(["scenarios", "offline", "--scenario", "tiny", "--data", str(tmp_path),
+                     "--learner", "student"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "dataset.json" in err

@@ -45,7 +45,7 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--gamma must be in (0, 1), got {args.gamma}"
     if not 0.5 <= args.expectile < 1.0:
         return f"--expectile must be in [0.5, 1), got {args.expectile}"
-    if args.beta < 0:
+    if not args.beta >= 0:
         return f"--beta must be >= 0, got {args.beta}"
     if any(not x >= 0 for x in args.penalty):
         return f"--penalty must be >= 0 $ per violation, got {args.penalty}"
@@ -58,6 +58,14 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--support must be in (0, 1], got {args.support}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
         return f"--data {args.data}: no dataset.json (a directory this command wrote)"
+    if args.data:
+        try:
+            meta = json.loads((Path(args.data) / "dataset.json").read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return f"--data {args.data}: dataset.json is not readable JSON ({e})"
+        if not isinstance(meta, dict) or not isinstance(meta.get("budgets"), dict) or \
+                not all(isinstance(meta["budgets"].get(c), (int, float)) for c in ("lc", "batch")):
+            return f"--data {args.data}: dataset.json has no per-class budgets (lc, batch)"
     return None
 
 

@@ -41,7 +41,7 @@ class IQLConfig:
             raise ValueError(f"IQLConfig.gamma must be in (0, 1), got {self.gamma}")
         if not 0.5 <= self.expectile < 1.0:
             raise ValueError(f"IQLConfig.expectile must be in [0.5, 1), got {self.expectile}")
-        if self.beta < 0:
+        if not self.beta >= 0:
             raise ValueError(f"IQLConfig.beta must be >= 0, got {self.beta}")
         for name in ("critic_steps", "policy_steps", "batch_size"):
             if getattr(self, name) < 1:
