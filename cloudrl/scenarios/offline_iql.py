@@ -30,15 +30,11 @@ from typing import Any
 import numpy as np
 
 from cloudrl.algorithms.iql import IQLConfig, Transitions, train_iql
+from cloudrl.scenarios.offline_student import branch_actions, macro_rows
 from envs.scenario.config import ScenarioConfig
-from envs.scenario.env import READY_MARGINS
 
 CLASSES = ("lc", "batch")
 
-
-def _macro(obs: Any) -> np.ndarray:
-    return np.asarray(obs["macro"] if isinstance(obs, dict) else [o["macro"] for o in obs],
-                      np.float32)
 
 
 def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
@@ -47,7 +43,7 @@ def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
     ready)) of every logged decision; the reward less ``penalty[k]`` $ per violation of
     class k."""
     n = len(ep)
-    obs = _macro(ep.get_observations(slice(0, n + 1)))
+    obs = macro_rows(ep.get_observations(slice(0, n + 1)))
     a = np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1)
     r = np.asarray(ep.get_rewards(slice(0, n)), np.float64)
     infos = [ep.get_infos(t + 1) for t in range(n)]
@@ -57,11 +53,7 @@ def episode_transitions(ep: Any, penalty: tuple[float, ...] = (0.0, 0.0)
     done = np.zeros(n, np.float32)
     done[-1] = float(ep.is_terminated)
     own = np.array([int(i.get("behaviour_action", a[t])) for t, i in enumerate(infos)])
-    return obs[:-1], _branches(a), r, obs[1:], done, _branches(own)
-
-
-def _branches(a: np.ndarray) -> np.ndarray:
-    return np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
+    return obs[:-1], branch_actions(a), r, obs[1:], done, branch_actions(own)
 
 
 def transitions(episodes: list[Any], penalty: tuple[float, ...] = (0.0, 0.0)) -> Transitions:

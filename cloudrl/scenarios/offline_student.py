@@ -100,19 +100,28 @@ def select_behaviour(summaries: list[dict[str, float]], policies: list[str],
     return [i for i, p in enumerate(policies) if p == best]
 
 
+def macro_rows(obs: Any) -> np.ndarray:
+    """The policy's flat observation (``macro``) of logged observations, one row each."""
+    return np.asarray(obs["macro"] if isinstance(obs, dict) else [o["macro"] for o in obs],
+                      np.float32)
+
+
+def branch_actions(a: np.ndarray) -> np.ndarray:
+    """Flat env actions -> (release index, ready index) rows."""
+    return np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
+
+
 def episode_rows(ep: Any) -> tuple[np.ndarray, np.ndarray]:
     """(observations, (release index, ready index)) of every logged decision; the action
     is the behaviour's own (``infos["behaviour_action"]``, which differs from the one taken
     where noise was injected) when the log has it."""
-    obs = ep.get_observations(slice(0, len(ep)))
-    macro = np.asarray(obs["macro"] if isinstance(obs, dict) else [o["macro"] for o in obs],
-                       np.float32)
+    macro = macro_rows(ep.get_observations(slice(0, len(ep))))
     infos = [ep.get_infos(t + 1) for t in range(len(ep))]
     if all("behaviour_action" in i for i in infos):
         a = np.array([int(i["behaviour_action"]) for i in infos], np.int64)
     else:
         a = np.asarray(ep.get_actions(slice(0, len(ep))), np.int64).reshape(-1)
-    return macro, np.stack([a // len(READY_MARGINS), a % len(READY_MARGINS)], axis=1)
+    return macro, branch_actions(a)
 
 
 def train_student(cfg: ScenarioConfig, data: str | Path, out: str | Path,
