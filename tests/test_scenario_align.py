@@ -99,6 +99,10 @@ def test_config_refuses_bad_values():
         AlignConfig(head_weight=-1)
     with pytest.raises(ValueError, match="es_iterations"):
         AlignConfig(es_iterations=0)
+    with pytest.raises(ValueError, match="bc-dagger-rounds"):
+        AlignConfig(bc_dagger_rounds=6)
+    with pytest.raises(ValueError, match="58 train seeds"):
+        AlignConfig(bc_expert_seeds=50, bc_dagger_rounds=2)
 
 
 @pytest.mark.parametrize("argv", [
@@ -109,6 +113,7 @@ def test_config_refuses_bad_values():
     ["--es-iterations", "ten"],
     ["--lc-bound", "-0.001"],
     ["--batch-bound", "2"],
+    ["--bc-dagger-rounds", "-1"],
 ])
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(argv, capsys, tmp_path):
     try:
@@ -158,3 +163,23 @@ def test_align_runs_every_phase_on_tiny_and_reuses_its_runs(tmp_path, capsys):
     again = capsys.readouterr().out
     assert "BC: reusing" in again and again.count("reusing") == 4
     assert json.loads((tmp_path / "a.json").read_text())["policies"] == doc["policies"]
+
+
+def test_bc_with_dagger_rounds_labels_the_clones_own_states(tmp_path):
+    """``--bc-dagger-rounds``: each round adds the heuristic's labels on the states the clone
+    reached (more rows than the demonstrations), and the start is the round validation kept."""
+    from cloudrl.scenarios.align import behaviour_clone, teacher_params
+    from envs.scenario.catalog import load_scenario
+
+    scn = load_scenario("tiny")
+    cfg = AlignConfig(scenario="tiny", bc_expert_seeds=1, bc_epochs=2, bc_dagger_rounds=1,
+                      workers=1)
+    lines: list[str] = []
+    out = behaviour_clone(scn, cfg, teacher_params(scn, cfg), tmp_path / "bc", lines.append)
+    rows = [int(ln.split(": ")[1].split()[0]) for ln in lines if ln.startswith("round ")]
+    assert len(rows) == 2 and rows[1] > rows[0]
+    assert (out / "policy.pt").exists() and any(ln.startswith("kept round") for ln in lines)
+    # the same config again reuses it
+    again: list[str] = []
+    behaviour_clone(scn, cfg, teacher_params(scn, cfg), tmp_path / "bc", again.append)
+    assert again and again[0].startswith("BC: reusing")

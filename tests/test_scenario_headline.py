@@ -135,6 +135,11 @@ def test_table_marks_the_claimed_run():
      "mpc's parameters"),
     (["scenarios", "evaluate", "--scenario", "tiny", "--params",
       '{"signal_aware": {"bogus": 1}}'], "bogus"),
+    # a rounded policy takes the parameters of the controller it rounds
+    (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "signal_aware_rounded",
+      "--params", '{"signal_aware": {"bogus": 1}}'], "bogus"),
+    (["scenarios", "evaluate", "--scenario", "tiny", "--policy", "mpc_rounded",
+      "--params", '{"mpc": {"max_util": "high"}}'], "max_util"),
 ])
 def test_bad_scenario_headline_arguments_are_one_line_exit_2(argv, needle, capsys, tmp_path):
     extra = ["--out-dir", str(tmp_path), "--no-log"] if argv[0] == "headline" else []

@@ -34,6 +34,9 @@ def test_logged_transitions_reproduce_the_behaviour_cost(tiny, episodes):
         played = run_episode(ScenarioSim(tiny), RoundedController(OA._controller(kind, {})),
                              seed).metrics
         assert -sum(ep.get_rewards()) == pytest.approx(played["cost_usd"], rel=1e-9)
+        # the runner's *_rounded kind is the same policy (`scenarios evaluate` plays it)
+        spec = run_episode(ScenarioSim(tiny), OA._controller(f"{kind}_rounded", {}), seed)
+        assert spec.metrics["cost_usd"] == pytest.approx(played["cost_usd"], rel=1e-12)
         summary = OA.episode_summary(ep)
         for c in OA.CLASSES:
             logged = sum(ep.get_infos(t)[f"violations_{c}"] for t in range(1, len(ep) + 1))

@@ -10,6 +10,7 @@ expects before a booting server could arrive (``ready_cores``).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,13 @@ class MPCConfig:
     carbon_weight: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("max_util", "ready_hedge", "shortfall_factor", "horizon_hours",
+                     "carbon_weight"):
+            v = getattr(self, name)
+            if v is None and name == "horizon_hours":
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+                raise ValueError(f"MPCConfig.{name} must be a number, got {v!r}")
         if not 0 < self.max_util <= 1.5:
             raise ValueError(f"MPCConfig.max_util must be in (0, 1.5], got {self.max_util}")
         if self.ready_hedge < 0 or self.shortfall_factor <= 0:

@@ -3,7 +3,8 @@ ranks episodes by cost and per-class safety bounds (``safe_cost`` in
 :mod:`cloudrl.scenarios.steering`).
 
 1. **BC from the heuristic**: the tuned signal-aware rule demonstrates on TRAIN seeds and the
-   scenario policy (:mod:`cloudrl.algorithms.distill`, no DAgger round) clones it: the start.
+   scenario policy (:mod:`cloudrl.algorithms.distill`) clones it: the start. No DAgger round
+   by default; with ``bc_dagger_rounds`` the heuristic also labels the clone's own states.
 2. **Reward model from ranked pairs** (per run seed): at most 1,000 comparisons of pool
    episodes (the steering pool: the heuristic and the MPC at random points on TRAIN seeds)
    labelled by the teacher, ``noise`` of them flipped; a Bradley-Terry reward model on the
@@ -85,6 +86,7 @@ class AlignConfig(LabelConfig):
 
     bc_expert_seeds: int = 20
     bc_epochs: int = 60
+    bc_dagger_rounds: int = 0  # DAgger rounds of BC, the heuristic labelling the clone's states
     es_iterations: int = 15
     val_seeds: int = 8  # validation seeds that pick each search's kept iteration
     out: str = "results/align"
@@ -98,6 +100,14 @@ class AlignConfig(LabelConfig):
         for name in ("bc_epochs", "es_iterations", "pool_heuristic", "pool_mpc"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.bc_dagger_rounds <= 5:
+            raise ValueError(f"--bc-dagger-rounds must be in [0, 5], "
+                             f"got {self.bc_dagger_rounds}")
+        if self.bc_expert_seeds + 4 * self.bc_dagger_rounds > 50:
+            raise ValueError(f"--bc-expert-seeds {self.bc_expert_seeds} and "
+                             f"--bc-dagger-rounds {self.bc_dagger_rounds} need "
+                             f"{self.bc_expert_seeds + 4 * self.bc_dagger_rounds} train seeds; "
+                             f"50 exist")
         if not self.head_weight >= 0:
             raise ValueError(f"--head-weight must be >= 0, got {self.head_weight}")
 
@@ -190,11 +200,14 @@ def learn_preferences(scn: ScenarioConfig, cfg: LabelConfig,
 
 def behaviour_clone(scn: ScenarioConfig, cfg: AlignConfig, params: dict[str, Any], out: Path,
                     log: Callable[[str], None]) -> Path:
-    """Phase 1: the heuristic at ``params`` cloned into the scenario policy (no DAgger)."""
+    """Phase 1: the heuristic at ``params`` cloned into the scenario policy; with
+    ``cfg.bc_dagger_rounds`` > 0, DAgger rounds in which the heuristic labels the states the
+    clone itself reaches (the round kept by validation cost, the distillation's rule)."""
     from cloudrl.algorithms.distill.command import train_to_dir
     from cloudrl.algorithms.distill.config import DistillConfig
 
-    dc = DistillConfig(run_seed=0, heuristic_params=params, dagger_rounds=0,
+    dc = DistillConfig(run_seed=0, heuristic_params=params,
+                       dagger_rounds=cfg.bc_dagger_rounds,
                        n_expert_seeds=cfg.bc_expert_seeds, bc_epochs=cfg.bc_epochs)
     key = _key(scenario=scn.model_dump(mode="json"), distill=dc.to_dict())
     if _reusable(out, key):

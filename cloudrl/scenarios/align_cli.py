@@ -16,7 +16,8 @@ def _cmd_align(args: argparse.Namespace) -> int:
 
     try:
         kw = {k: getattr(args, k) for k in ("n_test_seeds", "bc_expert_seeds", "bc_epochs",
-                                             "es_iterations", "val_seeds", "head_weight",
+                                             "bc_dagger_rounds", "es_iterations",
+                                             "val_seeds", "head_weight",
                                              "lc_bound", "batch_bound",
                                              "pool_heuristic", "pool_mpc", "pool_seeds",
                                              "workers", "out")
@@ -103,6 +104,9 @@ def add_align_parser(ss: argparse._SubParsersAction) -> None:
     al.add_argument("--bc-expert-seeds", type=int,
                     help="train seeds the heuristic demonstrates for BC (default 20)")
     al.add_argument("--bc-epochs", type=int, help="BC epochs (default 60)")
+    al.add_argument("--bc-dagger-rounds", type=int,
+                    help="DAgger rounds of BC: the heuristic labels the states its clone "
+                         "reaches, 4 train seeds a round (default 0)")
     al.add_argument("--es-iterations", type=int,
                     help="evolution-strategies iterations per search (default 15)")
     al.add_argument("--val-seeds", type=int,

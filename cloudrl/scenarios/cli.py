@@ -135,12 +135,16 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
             hint = " (a learned policy comes with --checkpoint DIR)" \
                 if k in CHECKPOINT_KINDS else ""
             raise UnknownScenarioError(f"--policy {k!r}: valid: {', '.join(policies)}{hint}")
-    specs = [ControllerSpec(k, params.get(k, {})) for k in kinds]
+    # a rounded controller takes its own entry, else the one of the controller it rounds
+    specs = [ControllerSpec(k, params.get(k, params.get(k.removesuffix("_rounded"), {})))
+             for k in kinds]
     for spec in specs:  # bad parameters fail here, in one line, before any episode
         try:
             spec.build()
         except (ValueError, TypeError) as e:
-            return _fail(f"--params {spec.kind}: {e}")
+            own = spec.kind in params or not spec.kind.endswith("_rounded")
+            key = spec.kind if own else f"{spec.kind.removesuffix('_rounded')} (for {spec.kind})"
+            return _fail(f"--params {key}: {e}")
     for n, path in enumerate(args.checkpoint or []):
         try:
             kind = checkpoint_kind(path)
@@ -233,7 +237,8 @@ def _learned_vs_references(specs: list, res: list[list[dict[str, float]]]) -> li
 
     cost = {s.name: np.array([m["cost_usd"] for m in r]) for s, r in zip(specs, res, strict=True)}
     heur = next((s.name for s in specs if s.kind == "signal_aware"), None)
-    refs = [s.name for s in specs if s.kind in ("signal_aware", "mpc", "mpc_rounded")]
+    refs = [s.name for s in specs
+            if s.kind in ("signal_aware", "mpc", "mpc_rounded", "signal_aware_rounded")]
     out = []
     for s, r in zip(specs, res, strict=True):
         if s.kind not in CHECKPOINT_KINDS:
@@ -462,8 +467,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = ss.add_parser("evaluate", help="controllers on one scenario, mean cost terms")
     ev.add_argument("--scenario", required=True)
     ev.add_argument("--policy", action="append",
-                    help="signal_aware | mpc | oracle | run_at_once | mpc_rounded (repeatable; "
-                         "default: the first four)")
+                    help="signal_aware | mpc | oracle | run_at_once | mpc_rounded | "
+                         "signal_aware_rounded (repeatable; default: the first four; a "
+                         "*_rounded policy plays through the env's 24 actions)")
     ev.add_argument("--params", help="policy name -> its parameters: a JSON object, or a "
                     "file holding one (e.g. a checkpoint's references.json)")
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))

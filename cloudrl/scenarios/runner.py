@@ -19,8 +19,8 @@ from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import Controller, RunAtOnce, run_episode
 from envs.scenario.sim import ScenarioSim
 
-KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded", "hindsight_mpc",
-         "learned", "rllib")
+KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded",
+         "signal_aware_rounded", "hindsight_mpc", "learned", "rllib")
 LEARNED_KINDS = ("learned", "rllib")  # controllers that run torch
 
 
@@ -54,6 +54,11 @@ class ControllerSpec:
             from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 
             return RoundedController(ForecastMPC(MPCConfig(**self.params)))
+        if self.kind == "signal_aware_rounded":  # the rule through the env's discrete actions
+            from cloudrl.algorithms.distill.actions import RoundedController
+            from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
+
+            return RoundedController(SignalAwareDeferral(SignalAwareConfig.from_dict(self.params)))
         if self.kind == "hindsight_mpc":  # clairvoyant in the signals: a teacher, not a baseline
             from cloudrl.mpc.forecast_mpc import MPCConfig
             from cloudrl.mpc.hindsight import HindsightMPC
