@@ -160,6 +160,11 @@ def test_bad_config_and_data_name_the_field():
         IQLConfig(expectile=1.0)
     with pytest.raises(ValueError, match="gamma"):
         IQLConfig(gamma=1.0)
+    with pytest.raises(ValueError, match="horizon"):
+        IQLConfig(horizon=8)  # the expectile critic bootstraps; no horizon
+    with pytest.raises(ValueError, match="horizon"):
+        IQLConfig(critic="paired", horizon=0)
+    assert IQLConfig(critic="paired", horizon=8).horizon == 8
     with pytest.raises(ValueError, match="rewards"):
         Transitions(np.zeros((2, 3)), np.zeros((2, 2)), np.zeros(3), np.zeros((2, 3)),
                     np.zeros(2))

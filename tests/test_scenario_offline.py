@@ -111,7 +111,9 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--budget-quantile", "0.95", "--data", "/no/such"],
                                   ["--support", "0"], ["--window-noise", "0"],
                                   ["--gamma", "1"], ["--policy-steps", "0"], ["--beta", "nan"],
-                                  ["--window-noise", "0.5", "--data", "/no/such"]])
+                                  ["--window-noise", "0.5", "--data", "/no/such"],
+                                  ["--critic", "paired", "--horizon", "0"],
+                                  ["--horizon", "8"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -380,6 +382,18 @@ def test_paired_returns_are_returns_to_go_less_the_siblings_and_cancel_per_seed(
         assert np.allclose(sum(p for p, s in zip(parts, seeds, strict=True) if s == seed), 0.0)
     with pytest.raises(ValueError, match="seed 0 has one logged episode"):
         paired_returns([eps[0]], gamma)
+    # over a horizon: the next h decisions only, less the siblings' over the same h
+    h = 5
+    yh = np.split(paired_returns(eps, gamma, horizon=h), np.cumsum(lengths)[:-1])
+    gh = []
+    for ep in eps:
+        r = transitions([ep]).rewards
+        gh.append(np.array([sum(gamma ** k * r[t + k] for k in range(min(h, len(r) - t)))
+                            for t in range(len(r))]))
+    for k, (seed, part) in enumerate(zip(seeds, yh, strict=True)):
+        sib = [gh[i] for i, s in enumerate(seeds) if s == seed and i != k]
+        assert np.allclose(part, gh[k] - np.mean(sib, axis=0))
+    assert not np.allclose(yh[0], parts[0])
 
 
 def test_iql_training_is_a_function_of_the_run_seed(tiny, tmp_path):

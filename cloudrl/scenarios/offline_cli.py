@@ -54,6 +54,8 @@ def check_args(args: argparse.Namespace) -> str | None:
     if args.budget_quantile is not None and args.data and args.learner == "cql_lag":
         return ("--budget-quantile with --data: cql_lag trains on the costs the data was "
                 "written with; record anew, or use --learner student or iql")
+    if args.horizon is not None and (args.horizon < 1 or args.critic != "paired"):
+        return f"--horizon must be >= 1 and needs --critic paired, got {args.horizon}"
     if not 0.0 < args.support <= 1.0:
         return f"--support must be in (0, 1], got {args.support}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
@@ -109,7 +111,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                     gamma=args.gamma, critic_steps=args.steps,
                     policy_steps=args.policy_steps or args.steps,
                     penalty=tuple(args.penalty), critic=args.critic, extract=args.extract,
-                    support=args.support) if args.learner == "iql" else None
+                    support=args.support, horizon=args.horizon) if args.learner == "iql" \
+        else None
     res = run(cfg, episodes=args.episodes, n_seeds=args.n_seeds, out=out, settings=settings,
               workers=args.workers, data=args.data, student=student,
               noise=tuple(args.noise or ()), iql=iql, override=override,
@@ -191,6 +194,9 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--critic", choices=("expectile", "paired"), default="expectile",
                    help="iql: IQL's expectile TD critic, or Monte Carlo returns less those of "
                         "the other logged episodes of the same seed (paired)")
+    p.add_argument("--horizon", type=int, default=None,
+                   help="iql --critic paired: each step's return counts this many decisions "
+                        "(default: to the episode's end)")
     p.add_argument("--extract", choices=("awr", "support"), default="awr",
                    help="iql: advantage-weighted regression on the data's actions, or the "
                         "best-Q action within the behaviours' support (discrete BCQ)")

@@ -62,21 +62,31 @@ def transitions(episodes: list[Any], penalty: tuple[float, ...] = (0.0, 0.0)) ->
     return Transitions(*(np.concatenate([p[k] for p in parts]) for k in range(6)))
 
 
+def discounted_returns(r: np.ndarray, gamma: float, horizon: int | None = None
+                       ) -> np.ndarray:
+    """``g[t] = sum_{k < horizon} gamma^k r[t + k]`` (to the end where ``horizon`` is None
+    or reaches past it)."""
+    n = len(r)
+    g = np.zeros(n)
+    acc = 0.0
+    for t in range(n - 1, -1, -1):
+        acc = r[t] + gamma * acc
+        g[t] = acc
+    if horizon is not None and horizon < n:  # less what the steps from t + horizon add
+        g[:n - horizon] -= gamma ** horizon * g[horizon:]
+    return g
+
+
 def paired_returns(episodes: list[Any], gamma: float,
-                   penalty: tuple[float, ...] = (0.0, 0.0)) -> np.ndarray:
+                   penalty: tuple[float, ...] = (0.0, 0.0),
+                   horizon: int | None = None) -> np.ndarray:
     """Per logged decision (in :func:`transitions`' order): its discounted return-to-go
-    less the mean of the other episodes' of the same seed (``custom_data["episode_seed"]``)
-    at the same step. Every seed needs at least two episodes; a step only some siblings
-    reach is compared with those that do."""
-    returns = []
-    for ep in episodes:
-        r = episode_transitions(ep, penalty)[2]
-        g = np.zeros(len(r))
-        acc = 0.0
-        for t in range(len(r) - 1, -1, -1):
-            acc = r[t] + gamma * acc
-            g[t] = acc
-        returns.append(g)
+    (over the next ``horizon`` decisions; None: to the end) less the mean of the other
+    episodes' of the same seed (``custom_data["episode_seed"]``) at the same step. Every
+    seed needs at least two episodes; a step only some siblings reach is compared with
+    those that do."""
+    returns = [discounted_returns(episode_transitions(ep, penalty)[2], gamma, horizon)
+               for ep in episodes]
     seeds = [int(ep.custom_data.get("episode_seed", -1)) for ep in episodes]
     out = []
     for k, (seed, g) in enumerate(zip(seeds, returns, strict=True)):
@@ -104,7 +114,7 @@ def train_iql_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     episodes = read_dataset(data)
     batch = transitions(episodes, s.penalty)
     if s.critic == "paired":
-        batch.paired_returns = paired_returns(episodes, s.gamma, s.penalty)
+        batch.paired_returns = paired_returns(episodes, s.gamma, s.penalty, s.horizon)
     log(f"iql: {len(episodes)} logged episodes, {len(batch.obs)} decisions "
         f"({sum(float(ep.custom_data.get('noise', 0.0)) > 0 for ep in episodes)} episodes "
         f"with random actions or shifted windows injected)")

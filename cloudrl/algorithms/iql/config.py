@@ -16,7 +16,8 @@ class IQLConfig:
     capped at ``max_weight``. ``penalty``: per class, $ added to each step's cost per
     violation beyond the env's own SLA price (0: the env's prices alone). ``critic``,
     ``extract`` and ``support``: how the values are learned and how the policy is read off
-    them (the learner's docstring).
+    them (the learner's docstring). ``horizon``: the paired critic's returns stop that
+    many decisions after each step.
     """
 
     run_seed: int = 0
@@ -35,6 +36,9 @@ class IQLConfig:
     critic: str = "expectile"  # "expectile" (IQL's) or "paired" (see the learner)
     extract: str = "awr"  # "awr" or "support" (see cloudrl.algorithms.iql.learner)
     support: float = 0.3
+    # critic "paired": the return counts this many decisions from each step (None: to the
+    # episode's end); a shorter horizon drops what the siblings' divergence adds later
+    horizon: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gamma < 1.0:
@@ -53,5 +57,8 @@ class IQLConfig:
             raise ValueError(f"IQLConfig.extract must be awr or support, got {self.extract!r}")
         if not 0.0 < self.support <= 1.0:
             raise ValueError(f"IQLConfig.support must be in (0, 1], got {self.support}")
+        if self.horizon is not None and (self.horizon < 1 or self.critic != "paired"):
+            raise ValueError(f"IQLConfig.horizon must be >= 1 and needs critic 'paired', got "
+                             f"{self.horizon} with critic {self.critic!r}")
         if any(p < 0 for p in self.penalty):
             raise ValueError(f"IQLConfig.penalty must be >= 0, got {self.penalty}")
