@@ -150,7 +150,8 @@ def test_align_runs_every_phase_on_tiny_and_reuses_its_runs(tmp_path, capsys):
     assert doc["median_run"] == "learned0"
     pairs = {(c["a"], c["b"], c["metric"]) for c in doc["comparisons"]}
     assert {("learned0", "true0", "utility"), ("head0", "learned0", "violations_lc"),
-            ("bc", "heuristic", "utility")} <= pairs
+            ("bc", "heuristic", "utility"), ("learned0", "heuristic", "cost_usd"),
+            ("true0", "heuristic", "utility")} <= pairs
     # the teacher's utility of each policy is safe_cost of its test episodes
     for p in doc["policies"].values():
         assert p["utility"] >= p["cost_usd"] - 1e-9

@@ -330,6 +330,10 @@ def align(scn: ScenarioConfig, cfg: AlignConfig, log: Callable[[str], None] = pr
     comps = [compare(f"learned{rs}", f"true{rs0}", "utility") for rs in cfg.run_seeds]
     comps += [compare(f"learned{rs}", "bc", "utility") for rs in cfg.run_seeds]
     comps += [compare(f"true{rs0}", "bc", "utility"), compare("bc", "heuristic", "utility")]
+    # the family against the rule it started from: does the search pass its teacher?
+    comps += [compare(f"learned{rs}", "heuristic", m) for rs in cfg.run_seeds
+              for m in ("utility", "cost_usd")]
+    comps.append(compare(f"true{rs0}", "heuristic", "utility"))
     for rs in cfg.run_seeds:
         comps += [compare(f"head{rs}", f"learned{rs}", m)
                   for m in ("violations_lc", "sla_lc", "utility", "cost_usd")]
