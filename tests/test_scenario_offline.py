@@ -3,6 +3,7 @@ CQL-Lag train played through the scenario runner, and the command's argument err
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -113,7 +114,10 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--gamma", "1"], ["--policy-steps", "0"], ["--beta", "nan"],
                                   ["--window-noise", "0.5", "--data", "/no/such"],
                                   ["--critic", "paired", "--horizon", "0"],
-                                  ["--horizon", "8"]])
+                                  ["--horizon", "8"], ["--es-iterations", "0"],
+                                  ["--model-steps", "0"], ["--disagreement-weight", "-1"],
+                                  ["--held-out", "0"],
+                                  ["--learner", "model", "--episodes", "3", "--held-out", "3"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
     assert code == 2
@@ -426,3 +430,35 @@ def test_a_broken_dataset_json_is_one_line_exit_2(content, tmp_path, capsys):
                      "--learner", "student"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "dataset.json" in err
+
+
+def test_model_learner_searches_the_clone_in_a_model_of_the_logs_on_tiny(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    argv = ["scenarios", "offline", "--scenario", "tiny", "--episodes", "3", "--noise", "0.5",
+            "--n-seeds", "2", "--learner", "model", "--select", "behaviour",
+            "--model-steps", "40", "--es-iterations", "3", "--held-out", "1",
+            "--out", str(tmp_path / "o"), "--workers", "1", "--json", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["learner"] == "model" and set(doc["within_budget"]) == {"signal_aware", "mpc",
+                                                                       "model"}
+    assert "model - mpc" in capsys.readouterr().out
+    run = tmp_path / "o" / "model_seed0"
+    info = json.loads((run / "policy" / "offline.json").read_text())
+    # the clone is the start, trained on the same logs; the last seed holds the search out
+    assert (run / "start" / "policy.pt").exists() and info["held_out_seeds"] == [2]
+    assert info["search_seeds"] == [0, 1] and info["settings"]["iterations"] == 3
+    # the inputs: the columns the actions do not move (the env's first 22 and the clock)
+    assert info["input_columns"] == [*range(22), 33]
+    assert info["history"][0]["iteration"] == 0
+    kept = min(info["history"], key=lambda h: (h["held_objective"], h["iteration"]))
+    assert info["kept_iteration"] == kept["iteration"]
+    assert doc["last_metrics"]["held_out_kept"] <= doc["last_metrics"]["held_out_start"]
+    # the same command writes the same policy
+    first = (run / "policy" / "policy.pt").read_bytes()
+    assert cli.main([*argv[:-2], "--json", str(tmp_path / "again.json")]) == 0
+    import torch
+
+    a = torch.load(run / "policy" / "policy.pt", weights_only=True)
+    b = torch.load(io.BytesIO(first), weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -408,13 +408,17 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
         noise: tuple[float, ...] = (), iql: Any = None,
         window_noise: tuple[float, ...] = (),
         override: dict[str, Any] | None = None,
-        budget_quantile: float | None = None, split: str = "test") -> OfflineRun:
+        budget_quantile: float | None = None, split: str = "test",
+        model: Any = None) -> OfflineRun:
     """Record (or reuse ``data``), train, evaluate on the first ``n_seeds`` seeds of
     ``split`` (test; validation to choose settings without touching the test seeds).
     ``student``: a :class:`cloudrl.scenarios.offline_student.StudentSettings` trains the
     budget-filtered cloning learner instead of CQL-Lag, ``iql`` a
     :class:`cloudrl.algorithms.iql.IQLConfig` implicit Q-learning
-    (:mod:`cloudrl.scenarios.offline_iql`). ``override``: the scenario override ``cfg``
+    (:mod:`cloudrl.scenarios.offline_iql`), ``model`` a
+    :class:`cloudrl.algorithms.model_es.ModelESConfig` the clone (``student``'s settings)
+    searched further in an input-driven model of the logs
+    (:mod:`cloudrl.scenarios.offline_model`). ``override``: the scenario override ``cfg``
     was loaded with, recorded in the dataset. ``budget_quantile``: the budgets are that
     quantile of the behaviours' per-episode rates, not their means (:func:`class_budgets`;
     with ``data``, computed again from its episodes)."""
@@ -448,7 +452,20 @@ def run(cfg: ScenarioConfig, *, episodes: int, n_seeds: int, out: str | Path,
     log(f"  budgets (the larger behaviour {which}): LC {100 * budgets['lc']:.4f}%, "
         f"batch {100 * budgets['batch']:.4f}%")
     t0 = time.perf_counter()
-    if student is not None:
+    if model is not None:
+        from cloudrl.scenarios.offline_model import train_model_agent
+        from cloudrl.scenarios.offline_student import StudentSettings
+
+        ckpt, info = train_model_agent(cfg, data, out / f"model_seed{model.run_seed}",
+                                       budgets, model,
+                                       student or StudentSettings(run_seed=model.run_seed),
+                                       log)
+        metrics = {"kept_iteration": info["kept_iteration"], "rows": info["rows"],
+                   "model_loss": info["model_loss"],
+                   "held_out_start": info["history"][0]["held_objective"],
+                   "held_out_kept": min(h["held_objective"] for h in info["history"])}
+        label, kind = "model", "learned"
+    elif student is not None:
         from cloudrl.scenarios.offline_student import train_student
 
         ckpt, info = train_student(cfg, data, out / f"student_seed{student.run_seed}",

@@ -1,7 +1,9 @@
 """``cloudrl scenarios offline``: log the tuned heuristic and the forecast MPC on TRAIN
-seeds, train the offline constrained agent (CQL-Lag, or with ``--learner student``
-budget-filtered cloning) on those logs only, and play it against both on test seeds
-(cloudrl/scenarios/offline_agent.py, offline_student.py)."""
+seeds, train the offline constrained agent (CQL-Lag; ``--learner student`` budget-filtered
+cloning; ``iql``; ``model``: the clone searched further in an input-driven model of the
+logs) on those logs only, and play it against both on test seeds
+(cloudrl/scenarios/offline_agent.py, offline_student.py, offline_iql.py,
+offline_model.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,17 @@ def check_args(args: argparse.Namespace) -> str | None:
                 "written with; record anew, or use --learner student or iql")
     if args.horizon is not None and (args.horizon < 1 or args.critic != "paired"):
         return f"--horizon must be >= 1 and needs --critic paired, got {args.horizon}"
+    if args.es_iterations < 1:
+        return f"--es-iterations must be >= 1, got {args.es_iterations}"
+    if args.model_steps < 1:
+        return f"--model-steps must be >= 1, got {args.model_steps}"
+    if not args.disagreement_weight >= 0:
+        return f"--disagreement-weight must be >= 0, got {args.disagreement_weight}"
+    if args.held_out < 1:
+        return f"--held-out must be >= 1 (logged train seeds), got {args.held_out}"
+    if args.learner == "model" and args.held_out >= args.episodes and not args.data:
+        return (f"--held-out {args.held_out} leaves none of the {args.episodes} train seeds "
+                f"to the search")
     if not 0.0 < args.support <= 1.0:
         return f"--support must be in (0, 1], got {args.support}"
     if args.data and not (Path(args.data) / "dataset.json").is_file():
@@ -99,6 +112,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
                      f"{json.dumps(recorded_override(args.data))}, not "
                      f"{json.dumps(override)}: pass the same override")
     from cloudrl.algorithms.iql import IQLConfig
+    from cloudrl.algorithms.model_es import ModelESConfig
     from cloudrl.scenarios.offline_agent import TrainSettings, format_table, run, to_json
     from cloudrl.scenarios.offline_student import StudentSettings
 
@@ -106,7 +120,11 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     settings = TrainSettings(iterations=args.iterations, run_seed=args.run_seed,
                              budget_fraction=args.budget_fraction)
     student = StudentSettings(run_seed=args.run_seed, unsafe=args.unsafe, select=args.select,
-                              epochs=args.epochs) if args.learner == "student" else None
+                              epochs=args.epochs) if args.learner in ("student", "model") \
+        else None
+    model = ModelESConfig(run_seed=args.run_seed, iterations=args.es_iterations,
+                          model_steps=args.model_steps, penalty=args.disagreement_weight,
+                          held_out=args.held_out) if args.learner == "model" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
                     policy_steps=args.policy_steps or args.steps,
@@ -117,7 +135,7 @@ def _cmd_offline(args: argparse.Namespace) -> int:
               workers=args.workers, data=args.data, student=student,
               noise=tuple(args.noise or ()), iql=iql, override=override,
               budget_quantile=args.budget_quantile,
-              window_noise=tuple(args.window_noise or ()), split=args.split)
+              window_noise=tuple(args.window_noise or ()), split=args.split, model=model)
     label = args.learner
     print("\n" + format_table(res.evaluation, label))
     print(f"checkpoint: {res.checkpoint}; wall: " +
@@ -159,12 +177,14 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
                    help="per-class budgets: the larger behaviour's Q quantile of its "
                         "per-episode violation rates (0.95: what it keeps on 95%% of days) "
                         "instead of its mean rate")
-    p.add_argument("--learner", choices=("cql_lag", "student", "iql"), default="cql_lag",
+    p.add_argument("--learner", choices=("cql_lag", "student", "iql", "model"),
+                   default="cql_lag",
                    help="cql_lag (the constrained Q learner, flat actions), student "
                         "(per train seed, the cheapest logged episode within every class "
-                        "budget, cloned into the scenario policy) or iql (implicit "
+                        "budget, cloned into the scenario policy), iql (implicit "
                         "Q-learning on every logged decision, advantage-weighted into the "
-                        "scenario policy)")
+                        "scenario policy) or model (the student's clone, then evolution "
+                        "strategies in an input-driven model of the logs)")
     p.add_argument("--select", choices=("seed", "behaviour"), default="seed",
                    help="student: per train seed the best episode within budget (seed), or "
                         "every episode of the cheapest behaviour within budget (behaviour)")
@@ -203,6 +223,16 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--support", type=float, default=0.3,
                    help="iql --extract support: an action is supported where the behaviour "
                         "clone gives it at least this share of its likeliest's probability")
+    p.add_argument("--es-iterations", type=int, default=100,
+                   help="model: evolution-strategies iterations in the model")
+    p.add_argument("--model-steps", type=int, default=6000,
+                   help="model: Adam steps per ensemble member (512 transitions each)")
+    p.add_argument("--disagreement-weight", type=float, default=3.0,
+                   help="model: weight of the ensemble's disagreement on the cost in the "
+                        "search's objective")
+    p.add_argument("--held-out", type=int, default=8,
+                   help="model: logged train seeds kept out of the search, which pick the "
+                        "iteration kept")
     p.add_argument("--data", help="reuse a dataset directory this command wrote (its "
                                   "budgets too) instead of recording")
     p.add_argument("--override", metavar="JSON",

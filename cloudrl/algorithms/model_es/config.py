@@ -1,0 +1,55 @@
+"""The typed configuration of a model-based policy search (every default runs)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelESConfig:
+    """Knobs of the input-driven model and the search in it.
+
+    Model: ``members`` networks of ``hiddens``, each ``model_steps`` Adam steps of
+    ``model_batch`` logged transitions (their own bootstrap order, seeded by ``run_seed``
+    and the member). Search: ``iterations`` of ``2 x pairs`` antithetic perturbations
+    (``sigma``) of every policy weight, all candidates of an iteration played along the
+    same ``traces_per_iteration`` logged days; the centred ranks of their penalised costs
+    weight the directions and Adam steps ``lr``. ``penalty``: weight of the ensemble's
+    disagreement on each period's cost (its standard deviation over members, summed over
+    the day). ``held_out``: logged days kept out of the search that score every
+    ``eval_every`` iterations; the lowest penalised cost there is kept, the start
+    competing.
+    """
+
+    run_seed: int = 0
+    members: int = 4
+    hiddens: tuple[int, ...] = (256, 256)
+    model_steps: int = 6000
+    model_batch: int = 512
+    model_lr: float = 1e-3
+    iterations: int = 100
+    pairs: int = 8
+    sigma: float = 0.02
+    lr: float = 0.005
+    traces_per_iteration: int = 8
+    held_out: int = 8
+    eval_every: int = 5
+    penalty: float = 3.0
+
+    def __post_init__(self) -> None:
+        for name in ("members", "model_steps", "model_batch", "iterations", "pairs",
+                     "traces_per_iteration", "held_out", "eval_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ModelESConfig.{name} must be an integer >= 1, got {v!r}")
+        for name in ("sigma", "lr", "model_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ModelESConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not self.penalty >= 0:
+            raise ValueError(f"ModelESConfig.penalty must be >= 0, got {self.penalty}")
+        if not self.hiddens or any(h < 1 for h in self.hiddens):
+            raise ValueError(f"ModelESConfig.hiddens must be positive sizes, got {self.hiddens}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

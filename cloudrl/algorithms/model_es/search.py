@@ -1,0 +1,95 @@
+"""Evolution strategies on a policy's weights inside an :class:`InputDrivenModel`."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from cloudrl.algorithms.model_es.config import ModelESConfig
+from cloudrl.algorithms.model_es.dynamics import InputDrivenModel
+
+FlatActions = Callable[[torch.Tensor], torch.Tensor]  # a policy's greedy actions -> flat
+
+
+@torch.no_grad()
+def model_rollout(model: InputDrivenModel, policies: list[Any], traces: torch.Tensor,
+                  to_flat: FlatActions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every policy (``greedy(obs)``) along every logged day of ``traces`` ``(S, T + 1,
+    D)``: the inputs replayed as logged, the endogenous columns from the model, starting
+    from each day's logged first state. Returns each policy's mean cost per day and mean
+    summed disagreement (the members' standard deviation of each period's cost), ``(P,)``
+    each."""
+    n_pol, n_days, n_steps = len(policies), traces.shape[0], traces.shape[1] - 1
+    endo = torch.as_tensor(model.endo)
+    state = traces[:, 0, endo].repeat(n_pol, 1)
+    cost = torch.zeros(n_pol * n_days)
+    spread = torch.zeros(n_pol * n_days)
+    for t in range(n_steps):
+        obs = traces[:, t].repeat(n_pol, 1)
+        obs[:, endo] = state
+        acts = torch.cat([to_flat(p.greedy(obs[k * n_days:(k + 1) * n_days]))
+                          for k, p in enumerate(policies)])
+        state, c, s = model.step(obs, acts)
+        cost += c
+        spread += s
+    return cost.view(n_pol, n_days).mean(1), spread.view(n_pol, n_days).mean(1)
+
+
+def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
+           held_traces: torch.Tensor, cfg: ModelESConfig, to_flat: FlatActions,
+           log: Callable[[str], None] = print) -> tuple[Any, list[dict[str, float]], int]:
+    """ES from ``module``'s weights on the model's cost plus ``cfg.penalty`` times its
+    disagreement along ``train_traces``; ``module`` ends with the weights of the iteration
+    that scores lowest on ``held_traces`` (the start, iteration 0, competing). Returns the
+    module, the history and the kept iteration."""
+    gen = torch.Generator().manual_seed(cfg.run_seed)
+    theta = parameters_to_vector(module.parameters()).detach().clone()
+    workers = [copy.deepcopy(module) for _ in range(2 * cfg.pairs)]
+    m1 = torch.zeros_like(theta)
+    m2 = torch.zeros_like(theta)
+    t0 = time.perf_counter()
+
+    def held(vec: torch.Tensor) -> tuple[float, float]:
+        vector_to_parameters(vec, workers[0].parameters())
+        c, s = model_rollout(model, [workers[0]], held_traces, to_flat)
+        return float(c[0]), float(s[0])
+
+    c0, s0 = held(theta)
+    history = [{"iteration": 0, "held_cost": c0, "held_spread": s0,
+                "held_objective": c0 + cfg.penalty * s0}]
+    best = (history[0]["held_objective"], 0, theta.clone())
+    log(f"model search: start, held-out days: model cost {c0:.2f}, disagreement {s0:.2f}")
+    n_train = train_traces.shape[0]
+    for it in range(1, cfg.iterations + 1):
+        eps = torch.randn(cfg.pairs, theta.numel(), generator=gen)
+        cand = torch.cat([theta + cfg.sigma * eps, theta - cfg.sigma * eps])
+        for w, vec in zip(workers, cand, strict=True):
+            vector_to_parameters(vec, w.parameters())
+        days = torch.randperm(n_train, generator=gen)[:cfg.traces_per_iteration]
+        c, s = model_rollout(model, workers, train_traces[days], to_flat)
+        f = c + cfg.penalty * s
+        ranks = torch.argsort(torch.argsort(f)).float()
+        util = 0.5 - ranks / max(len(f) - 1, 1)  # the cheapest candidate gets +0.5
+        grad = ((util[:cfg.pairs] - util[cfg.pairs:])[:, None] * eps).sum(0) / \
+            (2 * cfg.pairs * cfg.sigma)
+        m1 = 0.9 * m1 + 0.1 * grad
+        m2 = 0.999 * m2 + 0.001 * grad ** 2
+        theta = theta + cfg.lr * (m1 / (1 - 0.9 ** it)) / \
+            ((m2 / (1 - 0.999 ** it)).sqrt() + 1e-8)
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            hc, hs = held(theta)
+            row = {"iteration": it, "train_objective": float(f.mean()), "held_cost": hc,
+                   "held_spread": hs, "held_objective": hc + cfg.penalty * hs}
+            history.append(row)
+            if row["held_objective"] < best[0]:
+                best = (row["held_objective"], it, theta.clone())
+            log(f"model search: iteration {it}, held-out days: model cost {hc:.2f}, "
+                f"disagreement {hs:.2f} ({time.perf_counter() - t0:.0f} s)")
+    vector_to_parameters(best[2], module.parameters())
+    log(f"model search: kept iteration {best[1]} (held-out penalised cost {best[0]:.2f})")
+    return module, history, best[1]

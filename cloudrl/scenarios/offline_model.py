@@ -1,0 +1,123 @@
+"""The offline agent's fourth learner: the MPC clone improved by policy search in an
+input-driven model of the logged data (``cloudrl scenarios offline --learner model``).
+
+The clone (:mod:`cloudrl.scenarios.offline_student`) can at best match the behaviour it
+copies, and the value learners (:mod:`cloudrl.scenarios.offline_iql`) could not rank
+actions whose costs differ by cents per decision. Online, what passed the MPC was a
+direct search on the episode cost. This learner does that search offline, in a model
+built from the logs alone (:mod:`cloudrl.algorithms.model_es`):
+
+1. Read the logged episodes through RLlib's offline path (``cloudrl.data.offline``).
+2. The inputs: the observation columns every logged episode of a seed shares at every
+   step (prices, carbon, solar, their forecasts, the arrival forecasts, the clock). The
+   rest is the fleet's own state.
+3. The model: an ensemble fitted on every logged transition (the perturbed runs
+   included, on the action taken), from the observation and the action to the change of
+   the fleet's state and the period's cost.
+4. The start: the clone of the student learner, trained on the same data with the same
+   run seed (``out/start``).
+5. The search: evolution strategies on every weight of the clone, each candidate played
+   in the model along logged days (the inputs replayed as they were recorded), on the
+   model's cost plus a penalty on the ensemble's disagreement; the iteration kept is the
+   one with the lowest penalised cost on held-out logged days, the clone competing.
+
+The train seeds of the data are split: the last ``held_out`` seeds are the held-out days,
+the others the search's. No environment is stepped; the test seeds are only played by the
+evaluation afterwards. The checkpoint is the distilled policies' format, as the student's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudrl.algorithms.model_es import InputDrivenModel, ModelESConfig, input_columns, search
+from cloudrl.scenarios.offline_student import StudentSettings, macro_rows, train_student
+from envs.scenario.config import ScenarioConfig
+from envs.scenario.env import READY_MARGINS
+
+
+def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
+    """Every logged transition (observation, action taken, cost $, next observation),
+    each seed's observation arrays, and one logged day per seed (its first episode's
+    observations: the inputs are the same in all of them)."""
+    obs, acts, costs, nxt = [], [], [], []
+    by_seed: dict[int, list[np.ndarray]] = {}
+    for ep in episodes:
+        n = len(ep)
+        o = macro_rows(ep.get_observations(slice(0, n + 1)))
+        obs.append(o[:-1])
+        nxt.append(o[1:])
+        acts.append(np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1))
+        costs.append(-np.asarray(ep.get_rewards(slice(0, n)), np.float64))
+        by_seed.setdefault(int(ep.custom_data.get("episode_seed", -1)), []).append(o)
+    return {"obs": np.concatenate(obs), "actions": np.concatenate(acts),
+            "costs": np.concatenate(costs), "next_obs": np.concatenate(nxt),
+            "by_seed": by_seed, "days": {s: eps[0] for s, eps in sorted(by_seed.items())}}
+
+
+def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
+                      budgets: dict[str, float], m: ModelESConfig,
+                      student: StudentSettings, log: Any = print
+                      ) -> tuple[Path, dict[str, Any]]:
+    """Clone, model and search, from the logged episodes under ``data`` only; the
+    checkpoint dir and diagnostics."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import load_checkpoint, save_checkpoint
+    from cloudrl.data.offline import read_dataset
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    start, _ = train_student(cfg, data, out / "start", budgets, student, log)
+    arrays = logged_arrays(read_dataset(data))
+    inputs = input_columns(arrays["by_seed"])
+    seeds = sorted(arrays["days"])
+    if len(seeds) <= m.held_out:
+        raise ValueError(f"--learner model: {len(seeds)} logged train seeds; the search "
+                         f"needs more than the {m.held_out} held out")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(2, threads))
+    try:
+        model = InputDrivenModel(inputs, 24, m)
+        log(f"model: {int(inputs.sum())} input columns replayed from the logs, "
+            f"{len(model.endo)} modelled; {len(arrays['obs'])} logged transitions")
+        losses = model.fit(arrays["obs"], arrays["actions"], arrays["costs"],
+                           arrays["next_obs"], log)
+
+        def days(ss: list[int]) -> torch.Tensor:
+            n = min(len(arrays["days"][s]) for s in ss)
+            return torch.as_tensor(np.stack([arrays["days"][s][:n] for s in ss]),
+                                   dtype=torch.float32)
+
+        search_seeds, held_seeds = seeds[:-m.held_out], seeds[-m.held_out:]
+        module, spec = load_checkpoint(start)
+        n_ready = len(READY_MARGINS)
+
+        def to_flat(a: torch.Tensor) -> torch.Tensor:
+            return a[:, 0] * n_ready + a[:, 1]
+
+        torch.manual_seed(m.run_seed)
+        module, history, kept = search(module, model, days(search_seeds), days(held_seeds),
+                                       m, to_flat, log)
+    finally:
+        torch.set_num_threads(threads)
+    hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])
+    ckpt = save_checkpoint(module, out / "policy", hiddens,
+                           {"scenario": cfg.name,
+                            "config": {"offline_model": asdict(m),
+                                       "offline_student": asdict(student)}})
+    info = {"learner": "model", "settings": asdict(m), "student": asdict(student),
+            "start": str(start), "input_columns": [int(i) for i in np.flatnonzero(inputs)],
+            "model_loss": losses, "kept_iteration": kept, "history": history,
+            "search_seeds": search_seeds, "held_out_seeds": held_seeds,
+            "rows": int(len(arrays["obs"])), "dataset": str(Path(data).resolve()),
+            "budgets": budgets, "train_s": time.perf_counter() - t0}
+    (Path(ckpt) / "offline.json").write_text(json.dumps(info, indent=1, default=float))
+    log(f"model: kept iteration {kept} ({info['train_s']:.0f} s) -> {ckpt}")
+    return Path(ckpt), info

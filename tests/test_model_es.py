@@ -1,0 +1,156 @@
+"""The input-driven model and the policy search in it (cloudrl.algorithms.model_es)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from cloudrl.algorithms.model_es import (
+    InputDrivenModel,
+    ModelESConfig,
+    input_columns,
+    model_rollout,
+    search,
+)
+
+
+def test_input_columns_are_those_every_episode_of_a_seed_shares():
+    rng = np.random.default_rng(0)
+    by_seed = {}
+    for seed in range(3):
+        inputs = rng.normal(size=(11, 2))
+        eps = []
+        for _ in range(3):
+            o = np.concatenate([inputs, rng.normal(size=(11, 1)), np.zeros((11, 1))], 1)
+            eps.append(o)
+        by_seed[seed] = eps
+    by_seed[1][2][5, 3] = 1.0  # one step of one episode of one seed moves column 3
+    assert input_columns(by_seed).tolist() == [True, True, False, False]
+    by_seed[7] = [np.zeros((11, 4))]  # a seed with one episode compares nothing
+    assert input_columns(by_seed).tolist() == [True, True, False, False]
+    with pytest.raises(ValueError, match="two logged episodes"):
+        input_columns({0: [np.zeros((3, 2))]})
+
+
+def toy_data(n_days=30, steps=24, seed=0):
+    """Column 0: a price (an input); column 1: a fleet level the action raises or lowers.
+    Cost per period: price x (1 + level)."""
+    rng = np.random.default_rng(seed)
+    obs, acts, costs, nxt, days = [], [], [], [], []
+    for _ in range(n_days):
+        price = rng.uniform(0.5, 2.0, steps + 1)
+        level = np.zeros(steps + 1)
+        a = rng.integers(0, 2, steps)
+        for t in range(steps):
+            level[t + 1] = np.clip(level[t] + (0.2 if a[t] else -0.2), 0.0, 1.0)
+        o = np.stack([price, level], 1).astype(np.float32)
+        obs.append(o[:-1])
+        nxt.append(o[1:])
+        acts.append(a)
+        costs.append(price[:-1] * (1 + level[:-1]))
+        days.append(o)
+    return (np.concatenate(obs), np.concatenate(acts), np.concatenate(costs),
+            np.concatenate(nxt), np.stack(days))
+
+
+def fitted(run_seed=0, steps=600):
+    obs, acts, costs, nxt, days = toy_data()
+    cfg = ModelESConfig(run_seed=run_seed, members=3, hiddens=(32, 32), model_steps=steps,
+                        model_batch=128, model_lr=3e-3)
+    model = InputDrivenModel(np.array([True, False]), 2, cfg)
+    model.fit(obs, acts, costs, nxt, log=lambda s: None)
+    return model, (obs, acts, costs, nxt, days)
+
+
+@pytest.fixture(scope="module")
+def toy_model():
+    return fitted()
+
+
+def test_the_model_learns_the_endogenous_state_and_the_cost_and_stays_in_range(toy_model):
+    model, (obs, acts, costs, nxt, _) = toy_model
+    test = toy_data(seed=1)
+    r2 = model.held_out_r2(test[0], test[1], test[2], test[3])
+    assert r2["cost"] > 0.9 and r2["d1"] > 0.9
+    far = torch.tensor([[1.0, 50.0], [1.0, -50.0]])
+    state, _, spread = model.step(far, torch.tensor([1, 0]))
+    assert state.min() >= obs[:, 1].min() - 1e-6 and state.max() <= obs[:, 1].max() + 1e-6
+    assert (spread >= 0).all()
+
+
+def test_fitting_is_a_function_of_the_run_seed():
+    a, _ = fitted(run_seed=3, steps=50)
+    b, _ = fitted(run_seed=3, steps=50)
+    c, _ = fitted(run_seed=4, steps=50)
+    flat = [torch.cat([p.flatten() for p in m.parameters()]) for m in a.members]
+    assert all(torch.equal(x, torch.cat([p.flatten() for p in y.parameters()]))
+               for x, y in zip(flat, b.members, strict=True))
+    assert not torch.equal(flat[0], torch.cat([p.flatten() for p in c.members[0].parameters()]))
+
+
+class TwoActions(nn.Module):
+    """A policy over the toy's two actions, leaning to the dear one to start with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Linear(2, 2)
+        with torch.no_grad():
+            self.logits.weight.zero_()
+            self.logits.bias.copy_(torch.tensor([0.0, 0.05]))
+
+    @torch.no_grad()
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits(obs).argmax(-1)[:, None]
+
+
+def test_the_search_finds_the_cheaper_action_in_the_model(toy_model):
+    model, (*_, days) = toy_model
+    traces = torch.as_tensor(days)
+    cfg = ModelESConfig(iterations=30, pairs=4, sigma=0.05, lr=0.02, traces_per_iteration=6,
+                        eval_every=5, penalty=0.0)
+    start = TwoActions()
+    before, _ = model_rollout(model, [start], traces[20:], lambda a: a[:, 0])
+    policy, history, kept = search(start, model, traces[:20], traces[20:], cfg,
+                                   lambda a: a[:, 0], log=lambda s: None)
+    after, _ = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
+    assert history[0]["iteration"] == 0 and history[0]["held_cost"] == pytest.approx(
+        float(before[0]))
+    assert kept > 0 and float(after[0]) < float(before[0]) - 1.0
+    # the policy now takes the cheap action (0) on most held-out states
+    acts = policy.greedy(traces[20:].reshape(-1, 2))
+    assert float((acts == 0).float().mean()) > 0.9
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.integers(0, 1000), st.floats(0.0, 5.0))
+def test_the_kept_iteration_is_the_lowest_held_out_objective(toy_model, seed, penalty):
+    model, (*_, days) = toy_model
+    traces = torch.as_tensor(days)
+    cfg = ModelESConfig(run_seed=seed, iterations=4, pairs=2, sigma=0.05, lr=0.02,
+                        traces_per_iteration=3, eval_every=2, penalty=penalty)
+    policy, history, kept = search(TwoActions(), model, traces[:20], traces[20:], cfg,
+                                   lambda a: a[:, 0], log=lambda s: None)
+    best = min(history, key=lambda h: (h["held_objective"], h["iteration"]))
+    assert kept == best["iteration"]
+    c, s = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
+    assert float(c[0] + penalty * s[0]) == pytest.approx(best["held_objective"], rel=1e-5)
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ValueError, match="iterations"):
+        ModelESConfig(iterations=0)
+    with pytest.raises(ValueError, match="penalty"):
+        ModelESConfig(penalty=-1.0)
+    with pytest.raises(ValueError, match="sigma"):
+        ModelESConfig(sigma=0.0)
+    with pytest.raises(ValueError, match="members"):
+        ModelESConfig(members=1.5)
+    with pytest.raises(ValueError, match="every column is an input"):
+        InputDrivenModel(np.array([True, True]), 2, ModelESConfig())
+    model = InputDrivenModel(np.array([True, False]), 2, ModelESConfig(model_steps=1))
+    with pytest.raises(ValueError, match="actions outside"):
+        model.fit(np.zeros((4, 2)), np.array([0, 1, 2, 0]), np.zeros(4), np.zeros((4, 2)))
