@@ -77,9 +77,9 @@ def test_the_model_learns_the_endogenous_state_and_the_cost_and_stays_in_range(t
     r2 = model.held_out_r2(test[0], test[1], test[2], test[3])
     assert r2["cost"] > 0.9 and r2["d1"] > 0.9
     far = torch.tensor([[1.0, 50.0], [1.0, -50.0]])
-    state, _, spread = model.step(far, torch.tensor([1, 0]))
+    state, _, spread, extra = model.step(far, torch.tensor([1, 0]))
     assert state.min() >= obs[:, 1].min() - 1e-6 and state.max() <= obs[:, 1].max() + 1e-6
-    assert (spread >= 0).all()
+    assert (spread >= 0).all() and extra.shape == (2, 0)
 
 
 def test_fitting_is_a_function_of_the_run_seed():
@@ -113,10 +113,10 @@ def test_the_search_finds_the_cheaper_action_in_the_model(toy_model):
     cfg = ModelESConfig(iterations=30, pairs=4, sigma=0.05, lr=0.02, traces_per_iteration=6,
                         eval_every=5, penalty=0.0)
     start = TwoActions()
-    before, _ = model_rollout(model, [start], traces[20:], lambda a: a[:, 0])
+    before, _, _ = model_rollout(model, [start], traces[20:], lambda a: a[:, 0])
     policy, history, kept = search(start, model, traces[:20], traces[20:], cfg,
                                    lambda a: a[:, 0], log=lambda s: None)
-    after, _ = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
+    after, _, _ = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
     assert history[0]["iteration"] == 0 and history[0]["held_cost"] == pytest.approx(
         float(before[0]))
     assert kept > 0 and float(after[0]) < float(before[0]) - 1.0
@@ -136,7 +136,7 @@ def test_the_kept_iteration_is_the_lowest_held_out_objective(toy_model, seed, pe
                                    lambda a: a[:, 0], log=lambda s: None)
     best = min(history, key=lambda h: (h["held_objective"], h["iteration"]))
     assert kept == best["iteration"]
-    c, s = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
+    c, s, _ = model_rollout(model, [policy], traces[20:], lambda a: a[:, 0])
     assert float(c[0] + penalty * s[0]) == pytest.approx(best["held_objective"], rel=1e-5)
 
 
@@ -147,6 +147,8 @@ def test_bad_config_names_the_field():
         ModelESConfig(penalty=-1.0)
     with pytest.raises(ValueError, match="sigma"):
         ModelESConfig(sigma=0.0)
+    with pytest.raises(ValueError, match="dual_lr"):
+        ModelESConfig(dual_lr=0.0)
     with pytest.raises(ValueError, match="members"):
         ModelESConfig(members=1.5)
     with pytest.raises(ValueError, match="every column is an input"):
@@ -154,3 +156,40 @@ def test_bad_config_names_the_field():
     model = InputDrivenModel(np.array([True, False]), 2, ModelESConfig(model_steps=1))
     with pytest.raises(ValueError, match="actions outside"):
         model.fit(np.zeros((4, 2)), np.array([0, 1, 2, 0]), np.zeros(4), np.zeros((4, 2)))
+
+
+def test_the_constrained_search_keeps_the_predicted_violations_at_the_starts_level():
+    """The cheap action (0) also runs the fleet into violations (level below 0.3): on the
+    cost alone the search takes it and predicts more violations; constrained, the kept
+    policy predicts no more than the start on the held-out days."""
+    obs, acts, costs, nxt, days = toy_data(n_days=40)
+    viol = (obs[:, 1] < 0.3).astype(float)[:, None]
+    cfg = ModelESConfig(members=3, hiddens=(32, 32), model_steps=600, model_batch=128,
+                        model_lr=3e-3, iterations=30, pairs=4, sigma=0.05, lr=0.02,
+                        traces_per_iteration=6, eval_every=5, penalty=0.0, dual_lr=0.5)
+    model = InputDrivenModel(np.array([True, False]), 2, cfg, n_extra=1)
+    model.fit(obs, acts, costs, nxt, log=lambda s: None, extra=viol)
+    traces = torch.as_tensor(days)
+
+    def start():  # leans to the dear action that keeps the level up
+        p = TwoActions()
+        with torch.no_grad():
+            p.logits.bias.copy_(torch.tensor([0.0, 0.3]))
+        return p
+
+    _, _, e0 = model_rollout(model, [start()], traces[30:], lambda a: a[:, 0])
+    free, _, _ = search(start(), model, traces[:30], traces[30:],
+                        ModelESConfig(**{**cfg.to_dict(), "constrained": False}),
+                        lambda a: a[:, 0], log=lambda s: None)
+    _, _, e_free = model_rollout(model, [free], traces[30:], lambda a: a[:, 0])
+    held, history, kept = search(start(), model, traces[:30], traces[30:], cfg,
+                                 lambda a: a[:, 0], log=lambda s: None)
+    _, _, e_held = model_rollout(model, [held], traces[30:], lambda a: a[:, 0])
+    assert float(e_free[0, 0]) > float(e0[0, 0]) + 1.0  # the cost alone buys violations
+    assert float(e_held[0, 0]) <= float(e0[0, 0]) + 1e-6
+    row = next(h for h in history if h["iteration"] == kept)
+    assert row["feasible"] and all(h["feasible"] == (h["held_extra"][0] <= e0[0, 0] + 1e-6)
+                                   for h in history)
+    assert max(h.get("multipliers", [0.0])[0] for h in history) > 0.0
+    with pytest.raises(ValueError, match="extra targets"):
+        model.fit(obs, acts, costs, nxt, log=lambda s: None)

@@ -124,7 +124,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
         else None
     model = ModelESConfig(run_seed=args.run_seed, iterations=args.es_iterations,
                           model_steps=args.model_steps, penalty=args.disagreement_weight,
-                          held_out=args.held_out) if args.learner == "model" else None
+                          held_out=args.held_out, constrained=not args.unconstrained) \
+        if args.learner == "model" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
                     policy_steps=args.policy_steps or args.steps,
@@ -230,6 +231,9 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--disagreement-weight", type=float, default=3.0,
                    help="model: weight of the ensemble's disagreement on the cost in the "
                         "search's objective")
+    p.add_argument("--unconstrained", action="store_true",
+                   help="model: search on the cost alone, without holding each class's "
+                        "predicted violations at the clone's level")
     p.add_argument("--held-out", type=int, default=8,
                    help="model: logged train seeds kept out of the search, which pick the "
                         "iteration kept")

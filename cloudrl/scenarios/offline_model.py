@@ -20,6 +20,10 @@ built from the logs alone (:mod:`cloudrl.algorithms.model_es`):
    in the model along logged days (the inputs replayed as they were recorded), on the
    model's cost plus a penalty on the ensemble's disagreement; the iteration kept is the
    one with the lowest penalised cost on held-out logged days, the clone competing.
+   Constrained (the default): the model also predicts each period's violations of each
+   class, a multiplier per class holds them at the clone's level along the search, and
+   only iterations that predict no more of either class than the clone on the held-out
+   days can be kept.
 
 The train seeds of the data are split: the last ``held_out`` seeds are the held-out days,
 the others the search's. No environment is stepped; the test seeds are only played by the
@@ -41,12 +45,15 @@ from cloudrl.scenarios.offline_student import StudentSettings, macro_rows, train
 from envs.scenario.config import ScenarioConfig
 from envs.scenario.env import READY_MARGINS
 
+CLASSES = ("lc", "batch")  # the violation counts the model predicts, in this order
+
 
 def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
-    """Every logged transition (observation, action taken, cost $, next observation),
-    each seed's observation arrays, and one logged day per seed (its first episode's
-    observations: the inputs are the same in all of them)."""
-    obs, acts, costs, nxt = [], [], [], []
+    """Every logged transition (observation, action taken, cost $, next observation, the
+    period's violations of each class), each seed's observation arrays, and one logged day
+    per seed (its first episode's observations: the inputs are the same in all of
+    them)."""
+    obs, acts, costs, nxt, viol = [], [], [], [], []
     by_seed: dict[int, list[np.ndarray]] = {}
     for ep in episodes:
         n = len(ep)
@@ -55,9 +62,13 @@ def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
         nxt.append(o[1:])
         acts.append(np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1))
         costs.append(-np.asarray(ep.get_rewards(slice(0, n)), np.float64))
+        infos = [ep.get_infos(t + 1) for t in range(n)]
+        viol.append(np.array([[float(i.get(f"violations_{c}", 0.0)) for c in CLASSES]
+                              for i in infos]))
         by_seed.setdefault(int(ep.custom_data.get("episode_seed", -1)), []).append(o)
     return {"obs": np.concatenate(obs), "actions": np.concatenate(acts),
             "costs": np.concatenate(costs), "next_obs": np.concatenate(nxt),
+            "violations": np.concatenate(viol),
             "by_seed": by_seed, "days": {s: eps[0] for s, eps in sorted(by_seed.items())}}
 
 
@@ -84,11 +95,11 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     threads = torch.get_num_threads()
     torch.set_num_threads(min(2, threads))
     try:
-        model = InputDrivenModel(inputs, 24, m)
+        model = InputDrivenModel(inputs, 24, m, n_extra=len(CLASSES))
         log(f"model: {int(inputs.sum())} input columns replayed from the logs, "
             f"{len(model.endo)} modelled; {len(arrays['obs'])} logged transitions")
         losses = model.fit(arrays["obs"], arrays["actions"], arrays["costs"],
-                           arrays["next_obs"], log)
+                           arrays["next_obs"], log, extra=arrays["violations"])
 
         def days(ss: list[int]) -> torch.Tensor:
             n = min(len(arrays["days"][s]) for s in ss)

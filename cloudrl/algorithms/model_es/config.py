@@ -19,7 +19,7 @@ class ModelESConfig:
     disagreement on each period's cost (its standard deviation over members, summed over
     the day). ``held_out``: logged days kept out of the search that score every
     ``eval_every`` iterations; the lowest penalised cost there is kept, the start
-    competing.
+    competing. ``constrained``: see the field's comment; the start always qualifies.
     """
 
     run_seed: int = 0
@@ -36,6 +36,12 @@ class ModelESConfig:
     held_out: int = 8
     eval_every: int = 5
     penalty: float = 3.0
+    # the constraint: the model also predicts the logged per-class violation counts; a
+    # multiplier per class rises while the candidates predict more than the start on the
+    # same days (dual ascent, step ``dual_lr``), and an iteration is kept only if it
+    # predicts no more of any class than the start on the held-out days
+    constrained: bool = True
+    dual_lr: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("members", "model_steps", "model_batch", "iterations", "pairs",
@@ -43,7 +49,7 @@ class ModelESConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelESConfig.{name} must be an integer >= 1, got {v!r}")
-        for name in ("sigma", "lr", "model_lr"):
+        for name in ("sigma", "lr", "model_lr", "dual_lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ModelESConfig.{name} must be > 0, got {getattr(self, name)}")
         if not self.penalty >= 0:

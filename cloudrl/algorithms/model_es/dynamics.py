@@ -47,15 +47,18 @@ class InputDrivenModel:
     take the endogenous columns from the model, clipped to the range the data covers
     (a state the data never saw is not trusted beyond its edge)."""
 
-    def __init__(self, inputs: np.ndarray, n_actions: int, cfg: ModelESConfig) -> None:
+    def __init__(self, inputs: np.ndarray, n_actions: int, cfg: ModelESConfig,
+                 n_extra: int = 0) -> None:
         self.inputs = np.asarray(inputs, bool)
         self.endo = np.flatnonzero(~self.inputs)
         if not len(self.endo):
             raise ValueError("input-driven model: every column is an input; nothing to model")
         self.n_actions = int(n_actions)
+        self.n_extra = int(n_extra)  # further per-period counts (e.g. violations per class)
         self.cfg = cfg
         n_in = len(self.inputs) + self.n_actions
-        self.members = [_mlp(n_in, cfg.hiddens, len(self.endo) + 1) for _ in range(cfg.members)]
+        self.members = [_mlp(n_in, cfg.hiddens, len(self.endo) + 1 + self.n_extra)
+                        for _ in range(cfg.members)]
         self.stats: dict[str, torch.Tensor] = {}
 
     def _features(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -63,16 +66,23 @@ class InputDrivenModel:
         return (torch.cat([obs, onehot], 1) - self.stats["mu_x"]) / self.stats["sd_x"]
 
     def fit(self, obs: np.ndarray, actions: np.ndarray, costs: np.ndarray,
-            next_obs: np.ndarray, log: Callable[[str], None] = print) -> dict[str, float]:
-        """Fit every member on the logged transitions (``costs``: $ per period); returns
-        the mean squared error per member on its last batches, in normalised units."""
+            next_obs: np.ndarray, log: Callable[[str], None] = print,
+            extra: np.ndarray | None = None) -> dict[str, float]:
+        """Fit every member on the logged transitions (``costs``: $ per period;
+        ``extra``: ``(N, n_extra)`` further counts per period); returns the mean squared
+        error per member on its last batches, in normalised units."""
         cfg = self.cfg
         x_obs = torch.as_tensor(obs, dtype=torch.float32)
         acts = torch.as_tensor(actions, dtype=torch.int64)
         if acts.min() < 0 or acts.max() >= self.n_actions:
             raise ValueError(f"input-driven model: actions outside 0..{self.n_actions - 1}")
+        extra = np.zeros((len(obs), 0)) if extra is None else np.asarray(extra, np.float64)
+        if extra.shape != (len(obs), self.n_extra):
+            raise ValueError(f"input-driven model: extra targets of shape {extra.shape}, "
+                             f"expected {(len(obs), self.n_extra)}")
         y = np.concatenate([next_obs[:, self.endo] - obs[:, self.endo],
-                            np.asarray(costs, np.float64)[:, None]], 1).astype(np.float32)
+                            np.asarray(costs, np.float64)[:, None], extra],
+                           1).astype(np.float32)
         onehot = nn.functional.one_hot(acts, self.n_actions).float()
         raw = torch.cat([x_obs, onehot], 1)
         self.stats = {"mu_x": raw.mean(0), "sd_x": raw.std(0) + 1e-6,
@@ -110,25 +120,27 @@ class InputDrivenModel:
 
     @torch.no_grad()
     def step(self, obs: torch.Tensor, actions: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(next endogenous columns, mean cost, the members' standard deviation of the
-        cost) for a batch of observations and flat actions."""
+        cost, the mean extra counts (at least 0)) for a batch of observations and flat
+        actions."""
         x = self._features(obs, actions)
         pred = torch.stack([m(x) for m in self.members]) * self.stats["sd_y"] + \
             self.stats["mu_y"]
         mean = pred.mean(0)
-        nxt = torch.minimum(torch.maximum(obs[:, self.endo] + mean[:, :-1], self.stats["lo"]),
+        k = len(self.endo)
+        nxt = torch.minimum(torch.maximum(obs[:, self.endo] + mean[:, :k], self.stats["lo"]),
                             self.stats["hi"])
-        cost = mean[:, -1].clamp(float(self.stats["cost_lo"]), float(self.stats["cost_hi"]))
-        spread = pred[:, :, -1].std(0) if len(self.members) > 1 else torch.zeros_like(cost)
-        return nxt, cost, spread
+        cost = mean[:, k].clamp(float(self.stats["cost_lo"]), float(self.stats["cost_hi"]))
+        spread = pred[:, :, k].std(0) if len(self.members) > 1 else torch.zeros_like(cost)
+        return nxt, cost, spread, mean[:, k + 1:].clamp(min=0.0)
 
     def held_out_r2(self, obs: np.ndarray, actions: np.ndarray, costs: np.ndarray,
                     next_obs: np.ndarray) -> dict[str, float]:
         """R^2 of the ensemble mean on transitions it did not fit: per endogenous column
         change (``d<column index>``) and the cost."""
-        nxt, cost, _ = self.step(torch.as_tensor(obs, dtype=torch.float32),
-                                 torch.as_tensor(actions, dtype=torch.int64))
+        nxt, cost, _, _ = self.step(torch.as_tensor(obs, dtype=torch.float32),
+                                    torch.as_tensor(actions, dtype=torch.int64))
         out = {}
         true = next_obs[:, self.endo] - obs[:, self.endo]
         pred = nxt.numpy() - obs[:, self.endo]
