@@ -95,11 +95,13 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     threads = torch.get_num_threads()
     torch.set_num_threads(min(2, threads))
     try:
-        model = InputDrivenModel(inputs, 24, m, n_extra=len(CLASSES))
+        # unconstrained, the model is the cost model alone (as it was before the constraint)
+        model = InputDrivenModel(inputs, 24, m, n_extra=len(CLASSES) if m.constrained else 0)
         log(f"model: {int(inputs.sum())} input columns replayed from the logs, "
             f"{len(model.endo)} modelled; {len(arrays['obs'])} logged transitions")
         losses = model.fit(arrays["obs"], arrays["actions"], arrays["costs"],
-                           arrays["next_obs"], log, extra=arrays["violations"])
+                           arrays["next_obs"], log,
+                           extra=arrays["violations"] if m.constrained else None)
 
         def days(ss: list[int]) -> torch.Tensor:
             n = min(len(arrays["days"][s]) for s in ss)
