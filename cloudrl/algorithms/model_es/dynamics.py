@@ -96,6 +96,9 @@ class InputDrivenModel:
         losses = {}
         for k, member in enumerate(self.members):
             torch.manual_seed(cfg.run_seed * 1000 + k)
+            member.train()
+            for p in member.parameters():  # a second fit starts over, trainable again
+                p.requires_grad_(True)
             for layer in member:
                 if isinstance(layer, nn.Linear):
                     layer.reset_parameters()
