@@ -13,10 +13,15 @@ For a flat ``Box`` observation and a ``MultiDiscrete([n_1, ..., n_D])`` action s
 It is trained by imitation (cross-entropy per branch against an expert's action), so it
 has no value head; ``model_config``: ``hiddens`` (tuple of widths). Imports nothing from
 ``cloudrl``.
+
+:class:`ReleaseCappedPolicyModule` is the same policy with a fixed anchor network beside
+it whose release level its greedy action never passes (a one-sided trust region around a
+behaviour clone).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,3 +85,36 @@ class ScenarioPolicyModule(TorchRLModule):
 
     def get_train_action_dist_cls(self):
         return self._dist_cls()
+
+
+class ReleaseCappedPolicyModule(ScenarioPolicyModule):
+    """A :class:`ScenarioPolicyModule` whose release level never passes a fixed anchor's.
+
+    Two networks of the same shape: the policy's own (``trunk``, ``logits``) and an anchor
+    (``anchor_trunk``, ``anchor_logits``; for example the behaviour clone a search started
+    from). :meth:`greedy` plays the policy's ready margin and the lower of the two release
+    levels (branch 0's levels rise with the index), so the policy may hold batch work back
+    where the anchor would release it, never release more. :meth:`searched_parameters`
+    are the policy's own weights, the only ones a search should move; ``_forward`` (the
+    logits) is the policy's own, uncapped."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.anchor_trunk = copy.deepcopy(self.trunk)
+        self.anchor_logits = copy.deepcopy(self.logits)
+
+    def searched_parameters(self) -> list[nn.Parameter]:
+        """The policy's own weights (the trunk and logits), not the anchor's."""
+        return [*self.trunk.parameters(), *self.logits.parameters()]
+
+    def set_anchor(self, module: ScenarioPolicyModule) -> None:
+        """Copy ``module``'s weights (same shapes) into the anchor."""
+        self.anchor_trunk.load_state_dict(module.trunk.state_dict())
+        self.anchor_logits.load_state_dict(module.logits.state_dict())
+
+    @torch.no_grad()
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        own = super().greedy(obs)
+        anchor = self.anchor_logits(self.anchor_trunk(obs))[:, :self.branch_sizes[0]]
+        own[:, 0] = torch.minimum(own[:, 0], anchor.argmax(-1))
+        return own

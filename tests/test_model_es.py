@@ -13,6 +13,7 @@ from cloudrl.algorithms.model_es import (
     InputDrivenModel,
     ModelESConfig,
     input_columns,
+    logged_counts,
     model_rollout,
     search,
 )
@@ -193,3 +194,77 @@ def test_the_constrained_search_keeps_the_predicted_violations_at_the_starts_lev
     assert max(h.get("multipliers", [0.0])[0] for h in history) > 0.0
     with pytest.raises(ValueError, match="extra targets"):
         model.fit(obs, acts, costs, nxt, log=lambda s: None)
+
+
+def burst_data(n_days=40, steps=24, seed=0):
+    """The toy plus column 2, a burst drawn afresh every period whatever the action (the
+    model can only predict its mean): every period has 0.5 violations, and the cheap
+    action (0) one more when the burst is above 0.85, which only the logged states show."""
+    rng = np.random.default_rng(seed)
+    obs, acts, costs, nxt, viol, days = [], [], [], [], [], []
+    for _ in range(n_days):
+        price = rng.uniform(0.5, 2.0, steps + 1)
+        burst = rng.uniform(0.0, 1.0, steps + 1)
+        level = np.zeros(steps + 1)
+        a = rng.integers(0, 2, steps)
+        for t in range(steps):
+            level[t + 1] = np.clip(level[t] + (0.2 if a[t] else -0.2), 0.0, 1.0)
+        o = np.stack([price, level, burst], 1).astype(np.float32)
+        obs.append(o[:-1])
+        nxt.append(o[1:])
+        acts.append(a)
+        costs.append(price[:-1] * (1 + level[:-1]))
+        viol.append(0.5 + ((a == 0) & (burst[:-1] > 0.85)).astype(float))
+        days.append(o)
+    return (np.concatenate(obs), np.concatenate(acts), np.concatenate(costs),
+            np.concatenate(nxt), np.concatenate(viol)[:, None], np.stack(days))
+
+
+class ThreeColumns(TwoActions):
+    """:class:`TwoActions` on the burst toy's three columns, leaning to the dear action."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Linear(3, 2)
+        with torch.no_grad():
+            self.logits.weight.zero_()
+            self.logits.bias.copy_(torch.tensor([0.0, 0.3]))
+
+
+def test_the_logged_state_constraint_sees_violations_the_rollouts_smooth_away():
+    obs, acts, costs, nxt, viol, days = burst_data()
+    cfg = ModelESConfig(members=3, hiddens=(32, 32), model_steps=800, model_batch=128,
+                        model_lr=3e-3, iterations=30, pairs=4, sigma=0.05, lr=0.02,
+                        traces_per_iteration=6, eval_every=5, penalty=0.0, dual_lr=0.5,
+                        logged_batch=256)
+    model = InputDrivenModel(np.array([True, False, False]), 2, cfg, n_extra=1)
+    model.fit(obs, acts, costs, nxt, log=lambda s: None, extra=viol)
+    traces = torch.as_tensor(days)
+    split = 30 * 24
+    logged = (torch.as_tensor(obs[:split]), torch.as_tensor(obs[split:]))
+
+    def flat(a):
+        return a[:, 0]
+
+    # at the logged states the model tells the cheap action's violations apart
+    cheap = logged_counts(model, [ThreeColumns()], logged[1], lambda a: a[:, 0] * 0)
+    dear = logged_counts(model, [ThreeColumns()], logged[1], flat)
+    assert float(cheap[0, 0]) > float(dear[0, 0]) + 0.1
+    l0 = float(dear[0, 0])
+    rollout_only, _, _ = search(ThreeColumns(), model, traces[:30], traces[30:], cfg, flat,
+                                log=lambda s: None)
+    both, history, kept = search(ThreeColumns(), model, traces[:30], traces[30:],
+                                 ModelESConfig(**{**cfg.to_dict(), "logged_states": True}),
+                                 flat, log=lambda s: None, logged=logged)
+    blind = float(logged_counts(model, [rollout_only], logged[1], flat)[0, 0])
+    held = float(logged_counts(model, [both], logged[1], flat)[0, 0])
+    assert blind > l0 + 0.05  # the rollouts' constraint lets the cheap action through
+    assert held <= l0 + 1e-6
+    assert all(h["feasible"] == (h["held_extra"][0] <= history[0]["held_extra"][0] + 1e-9
+                                 and h["held_logged_extra"][0] <= l0 + 1e-9)
+               for h in history[1:])
+    assert max(h["logged_multipliers"][0] for h in history[1:]) > 0.0
+    with pytest.raises(ValueError, match="logged observations"):
+        search(ThreeColumns(), model, traces[:30], traces[30:],
+               ModelESConfig(**{**cfg.to_dict(), "logged_states": True}), flat,
+               log=lambda s: None)

@@ -117,6 +117,7 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--horizon", "8"], ["--es-iterations", "0"],
                                   ["--model-steps", "0"], ["--disagreement-weight", "-1"],
                                   ["--held-out", "0"],
+                                  ["--logged-states", "--unconstrained"],
                                   ["--learner", "model", "--episodes", "3", "--held-out", "3"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
@@ -465,3 +466,30 @@ def test_model_learner_searches_the_clone_in_a_model_of_the_logs_on_tiny(tmp_pat
     a = torch.load(run / "policy" / "policy.pt", weights_only=True)
     b = torch.load(io.BytesIO(first), weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_model_learner_with_the_release_cap_and_logged_states_on_tiny(tmp_path, capsys):
+    """The capped search keeps the clone beside the policy: the checkpoint loads as a
+    release-capped module whose anchor is the clone and whose release never passes it."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+
+    argv = ["scenarios", "offline", "--scenario", "tiny", "--episodes", "3", "--noise", "0.5",
+            "--n-seeds", "2", "--learner", "model", "--select", "behaviour",
+            "--model-steps", "40", "--es-iterations", "3", "--held-out", "1",
+            "--release-cap", "--logged-states", "--out", str(tmp_path / "o"),
+            "--workers", "1", "--json", str(tmp_path / "run.json")]
+    assert cli.main(argv) == 0
+    run = tmp_path / "o" / "model_seed0"
+    info = json.loads((run / "policy" / "offline.json").read_text())
+    assert info["settings"]["release_cap"] and info["settings"]["logged_states"]
+    assert all(len(h["held_logged_extra"]) == 2 for h in info["history"])
+    policy, spec = load_checkpoint(run / "policy")
+    clone, _ = load_checkpoint(run / "start")
+    assert spec["model_config"]["release_cap"] is True
+    assert all(torch.equal(a, b) for a, b in zip(
+        [*policy.anchor_trunk.parameters(), *policy.anchor_logits.parameters()],
+        clone.parameters(), strict=True))
+    obs = torch.randn(500, 34)
+    assert (policy.greedy(obs)[:, 0] <= clone.greedy(obs)[:, 0]).all()

@@ -64,6 +64,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--model-steps must be >= 1, got {args.model_steps}"
     if not args.disagreement_weight >= 0:
         return f"--disagreement-weight must be >= 0, got {args.disagreement_weight}"
+    if args.logged_states and args.unconstrained:
+        return "--logged-states is a second constraint: it does not go with --unconstrained"
     if args.held_out < 1:
         return f"--held-out must be >= 1 (logged train seeds), got {args.held_out}"
     if args.learner == "model" and args.held_out >= args.episodes and not args.data:
@@ -124,7 +126,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
         else None
     model = ModelESConfig(run_seed=args.run_seed, iterations=args.es_iterations,
                           model_steps=args.model_steps, penalty=args.disagreement_weight,
-                          held_out=args.held_out, constrained=not args.unconstrained) \
+                          held_out=args.held_out, constrained=not args.unconstrained,
+                          logged_states=args.logged_states, release_cap=args.release_cap) \
         if args.learner == "model" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
@@ -234,6 +237,12 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--unconstrained", action="store_true",
                    help="model: search on the cost alone, without holding each class's "
                         "predicted violations at the clone's level")
+    p.add_argument("--logged-states", action="store_true",
+                   help="model: also hold each class's violations predicted at the logged "
+                        "states (each policy's action there) at the clone's level")
+    p.add_argument("--release-cap", action="store_true",
+                   help="model: the searched policy never releases more batch work than the "
+                        "clone it starts from would (it may hold work back)")
     p.add_argument("--held-out", type=int, default=8,
                    help="model: logged train seeds kept out of the search, which pick the "
                         "iteration kept")

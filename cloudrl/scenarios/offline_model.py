@@ -23,7 +23,8 @@ built from the logs alone (:mod:`cloudrl.algorithms.model_es`):
    Constrained (the default): the model also predicts each period's violations of each
    class, a multiplier per class holds them at the clone's level along the search, and
    only iterations that predict no more of either class than the clone on the held-out
-   days can be kept.
+   days can be kept. With ``release_cap`` the searched policy keeps the clone beside it
+   and never releases more batch work than the clone would.
 
 The train seeds of the data are split: the last ``held_out`` seeds are the held-out days,
 the others the search's. No environment is stepped; the test seeds are only played by the
@@ -50,10 +51,10 @@ CLASSES = ("lc", "batch")  # the violation counts the model predicts, in this or
 
 def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
     """Every logged transition (observation, action taken, cost $, next observation, the
-    period's violations of each class), each seed's observation arrays, and one logged day
-    per seed (its first episode's observations: the inputs are the same in all of
-    them)."""
-    obs, acts, costs, nxt, viol = [], [], [], [], []
+    period's violations of each class, the episode's seed), each seed's observation
+    arrays, and one logged day per seed (its first episode's observations: the inputs are
+    the same in all of them)."""
+    obs, acts, costs, nxt, viol, seed = [], [], [], [], [], []
     by_seed: dict[int, list[np.ndarray]] = {}
     for ep in episodes:
         n = len(ep)
@@ -65,8 +66,11 @@ def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
         infos = [ep.get_infos(t + 1) for t in range(n)]
         viol.append(np.array([[float(i.get(f"violations_{c}", 0.0)) for c in CLASSES]
                               for i in infos]))
-        by_seed.setdefault(int(ep.custom_data.get("episode_seed", -1)), []).append(o)
+        s = int(ep.custom_data.get("episode_seed", -1))
+        seed.append(np.full(n, s, np.int64))
+        by_seed.setdefault(s, []).append(o)
     return {"obs": np.concatenate(obs), "actions": np.concatenate(acts),
+            "seeds": np.concatenate(seed),
             "costs": np.concatenate(costs), "next_obs": np.concatenate(nxt),
             "violations": np.concatenate(viol),
             "by_seed": by_seed, "days": {s: eps[0] for s, eps in sorted(by_seed.items())}}
@@ -80,7 +84,11 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     checkpoint dir and diagnostics."""
     import torch
 
-    from cloudrl.algorithms.distill.policy import load_checkpoint, save_checkpoint
+    from cloudrl.algorithms.distill.policy import (
+        build_module,
+        load_checkpoint,
+        save_checkpoint,
+    )
     from cloudrl.data.offline import read_dataset
 
     t0 = time.perf_counter()
@@ -110,14 +118,24 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
 
         search_seeds, held_seeds = seeds[:-m.held_out], seeds[-m.held_out:]
         module, spec = load_checkpoint(start)
+        if m.release_cap:  # the clone stays as the anchor whose release level caps it
+            capped = build_module(tuple(spec["model_config"]["hiddens"]), release_cap=True)
+            capped.load_state_dict(module.state_dict(), strict=False)
+            capped.set_anchor(module)
+            module = capped.eval()
         n_ready = len(READY_MARGINS)
 
         def to_flat(a: torch.Tensor) -> torch.Tensor:
             return a[:, 0] * n_ready + a[:, 1]
 
+        def states(ss: list[int]) -> torch.Tensor:
+            return torch.as_tensor(arrays["obs"][np.isin(arrays["seeds"], ss)],
+                                   dtype=torch.float32)
+
+        logged = (states(search_seeds), states(held_seeds)) if m.logged_states else None
         torch.manual_seed(m.run_seed)
         module, history, kept = search(module, model, days(search_seeds), days(held_seeds),
-                                       m, to_flat, log)
+                                       m, to_flat, log, logged=logged)
     finally:
         torch.set_num_threads(threads)
     hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])

@@ -44,7 +44,7 @@ from envs.scenario.control import PlanView, plan_view
 from envs.scenario.env import OBS_NAMES, READY_MARGINS, RELEASE_LEVELS, observe
 from envs.scenario.sim import ACTIVE, BOOTING, OFF, RESUMING, SUSPENDED, ScenarioSim
 from envs.signals.series import SignalSeries
-from models.scenario_policy import ScenarioPolicyModule
+from models.scenario_policy import ReleaseCappedPolicyModule, ScenarioPolicyModule
 
 WEIGHTS = "policy.pt"
 SPEC = "policy.json"
@@ -55,11 +55,15 @@ class CheckpointError(ValueError):
 
 
 def build_module(hiddens: tuple[int, ...], n_release: int = len(RELEASE_LEVELS),
-                 n_ready: int = len(READY_MARGINS)) -> ScenarioPolicyModule:
+                 n_ready: int = len(READY_MARGINS), release_cap: bool = False
+                 ) -> ScenarioPolicyModule:
     """A fresh module for the scenario env's observation space and its action branches
     (``n_release`` release levels and ``n_ready`` ready margins: the env's unless the
-    policy has grids of its own)."""
-    return ScenarioPolicyModule(
+    policy has grids of its own); ``release_cap``: a
+    :class:`~models.scenario_policy.ReleaseCappedPolicyModule` (an anchor network beside
+    it caps its release level)."""
+    cls = ReleaseCappedPolicyModule if release_cap else ScenarioPolicyModule
+    return cls(
         observation_space=gym.spaces.Box(-10.0, 10.0, (len(OBS_NAMES),), np.float32),
         action_space=gym.spaces.MultiDiscrete([n_release, n_ready]),
         model_config={"hiddens": list(hiddens)})
@@ -117,8 +121,12 @@ def save_checkpoint(module: ScenarioPolicyModule, out: str | Path, hiddens: tupl
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(module.state_dict(), out / WEIGHTS)
-    spec = {"module": f"{ScenarioPolicyModule.__module__}.{ScenarioPolicyModule.__name__}",
-            "model_config": {"hiddens": list(hiddens)}, "obs_names": list(OBS_NAMES),
+    cls = type(module)
+    model_config: dict[str, Any] = {"hiddens": list(hiddens)}
+    if isinstance(module, ReleaseCappedPolicyModule):
+        model_config["release_cap"] = True
+    spec = {"module": f"{cls.__module__}.{cls.__name__}",
+            "model_config": model_config, "obs_names": list(OBS_NAMES),
             "action_nvec": [len(release_levels), len(ready_margins)], **extra}
     if tuple(release_levels) != tuple(RELEASE_LEVELS):
         spec["release_levels"] = [float(x) for x in release_levels]
@@ -141,8 +149,12 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
     try:
         spec = json.loads((p / SPEC).read_text())
         hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])
-    except (ValueError, KeyError, TypeError) as e:
+        capped = spec["model_config"].get("release_cap", False)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"--checkpoint {path}: {SPEC} is malformed ({e})") from None
+    if not isinstance(capped, bool):
+        raise CheckpointError(f"--checkpoint {path}: {SPEC}: model_config.release_cap must "
+                              f"be true or false, got {capped!r}")
     try:
         levels, margins = release_levels_of(spec), ready_margins_of(spec)
     except (ValueError, TypeError) as e:
@@ -151,7 +163,7 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
             spec.get("action_nvec") != [len(levels), len(margins)]:
         raise CheckpointError(f"--checkpoint {path}: trained for another observation or "
                               f"action layout than this env's")
-    module = build_module(hiddens, len(levels), len(margins))
+    module = build_module(hiddens, len(levels), len(margins), release_cap=capped)
     try:
         module.load_state_dict(torch.load(p / WEIGHTS, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError) as e:
@@ -177,6 +189,10 @@ def fine_tune_fields(path: str | Path) -> dict[str, Any]:
     of the checkpoint at ``path``: the start itself, its hidden sizes and its action grids
     (``None`` where it uses the env's)."""
     spec = load_checkpoint(path)[1]
+    if spec["model_config"].get("release_cap"):
+        raise CheckpointError(f"--init-checkpoint {path}: a release-capped policy (an offline "
+                              f"model search's) cannot be fine-tuned; start from its "
+                              f"'start' clone")
     levels, margins = spec.get("release_levels"), spec.get("ready_margins")
     return {"init_checkpoint": str(path), "hiddens": tuple(spec["model_config"]["hiddens"]),
             "release_levels": None if levels is None else tuple(levels),

@@ -63,10 +63,13 @@ def output_layer(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def tuned_parameters(module: torch.nn.Module, which: str) -> list[torch.nn.Parameter]:
-    """The parameters the search moves: the output layer (``head``) or all of them."""
+    """The parameters the search moves: the output layer (``head``) or all of them (a
+    module with ``searched_parameters``, e.g. a release-capped one, names its own: not its
+    anchor's)."""
     if which == "head":
         return list(output_layer(module).parameters())
-    return list(module.parameters())
+    own = getattr(module, "searched_parameters", None)
+    return list(own()) if own is not None else list(module.parameters())
 
 
 def _distilled(checkpoint: str) -> Any:

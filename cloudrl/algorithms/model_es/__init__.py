@@ -15,13 +15,16 @@ endogenous state and the period's cost under any action.
 * :mod:`.search`: evolution strategies on a policy's weights inside that model, along the
   logged days' input traces, on the mean model cost plus ``penalty`` times the ensemble's
   disagreement on it (the uncertainty penalty of MOPO, Yu et al. 2020); the iteration kept
-  is the one with the lowest penalised cost on held-out logged days, the start competing.
+  is the one with the lowest penalised cost on held-out logged days, the start competing;
+  constrained, each class's predicted violations are held at the start's level along the
+  rollouts and, optionally, at the logged states themselves (:func:`logged_counts`).
 
 No environment step is taken: everything comes from the logged episodes.
 """
 
 from cloudrl.algorithms.model_es.config import ModelESConfig
 from cloudrl.algorithms.model_es.dynamics import InputDrivenModel, input_columns
-from cloudrl.algorithms.model_es.search import model_rollout, search
+from cloudrl.algorithms.model_es.search import logged_counts, model_rollout, search
 
-__all__ = ["InputDrivenModel", "ModelESConfig", "input_columns", "model_rollout", "search"]
+__all__ = ["InputDrivenModel", "ModelESConfig", "input_columns", "logged_counts", "model_rollout",
+           "search"]

@@ -42,10 +42,22 @@ class ModelESConfig:
     # predicts no more of any class than the start on the held-out days
     constrained: bool = True
     dual_lr: float = 0.1
+    # with ``constrained``, also hold the counts the model predicts at the *logged* states
+    # (each policy's action there, one period ahead) at the start's level: the rollouts'
+    # states are the model's means, smoother than the real queues that violations follow,
+    # while the logged states are real; ``logged_batch`` rows of the search days' logged
+    # transitions per iteration, every held-out row at the check
+    logged_states: bool = False
+    logged_batch: int = 4096
+    # search a release-capped policy: the start's network stays beside it as an anchor and
+    # the policy's release level never passes the anchor's (it may hold batch work back,
+    # never release more); releasing more fills the servers large latency-critical jobs
+    # need, a placement effect the model's aggregate columns cannot show
+    release_cap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("members", "model_steps", "model_batch", "iterations", "pairs",
-                     "traces_per_iteration", "held_out", "eval_every"):
+                     "traces_per_iteration", "held_out", "eval_every", "logged_batch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelESConfig.{name} must be an integer >= 1, got {v!r}")
