@@ -268,3 +268,28 @@ def test_the_logged_state_constraint_sees_violations_the_rollouts_smooth_away():
         search(ThreeColumns(), model, traces[:30], traces[30:],
                ModelESConfig(**{**cfg.to_dict(), "logged_states": True}), flat,
                log=lambda s: None)
+
+
+def test_the_policy_sees_only_its_own_columns_of_the_models_state(toy_model):
+    """With ``policy_columns`` the model's extra state columns (here the fleet level) stay
+    out of the policy's observation, in the rollouts and at logged states alike."""
+    model, (obs, *_, days) = toy_model
+    seen = []
+
+    class PriceOnly(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Linear(1, 2)
+
+        @torch.no_grad()
+        def greedy(self, o: torch.Tensor) -> torch.Tensor:
+            seen.append(o.shape[1])
+            return self.w(o).argmax(-1)[:, None]
+
+    traces = torch.as_tensor(days)
+    model_rollout(model, [PriceOnly()], traces[:3], lambda a: a[:, 0], policy_columns=1)
+    logged_counts(model, [PriceOnly()], torch.as_tensor(obs[:50]), lambda a: a[:, 0],
+                  policy_columns=1)
+    assert seen and set(seen) == {1}
+    with pytest.raises(RuntimeError):  # without it the policy gets both columns
+        model_rollout(model, [PriceOnly()], traces[:3], lambda a: a[:, 0])

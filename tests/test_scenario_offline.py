@@ -493,3 +493,62 @@ def test_model_learner_with_the_release_cap_and_logged_states_on_tiny(tmp_path, 
         clone.parameters(), strict=True))
     obs = torch.randn(500, 34)
     assert (policy.greedy(obs)[:, 0] <= clone.greedy(obs)[:, 0]).all()
+
+
+def brute_placement(sim):
+    """The placement state from the simulator's arrays, server by server."""
+    from envs.scenario.config import LATENCY_CRITICAL
+    from envs.scenario.sim import ACTIVE
+
+    big = max(sim.cores)
+    free = [c - u for c, u, s in zip(sim.cores, sim.used, sim.state, strict=True)
+            if s == ACTIVE]
+    waiting = [sim._cores[j] for j in sim.run_queue if sim._cls[j] == LATENCY_CRITICAL]
+    return [max(free, default=0.0) / big, sum(f >= big - 1e-9 for f in free) / len(sim.cores),
+            max(waiting, default=0.0) / big]
+
+
+def test_every_logged_step_carries_the_placement_state_the_policy_does_not_see(tiny,
+                                                                              episodes):
+    from cloudrl.scenarios.offline_model import logged_arrays, placement_rows
+    from envs.scenario.env import OBS_NAMES
+
+    for ep in episodes:
+        rows = placement_rows(ep, len(ep))
+        assert rows.shape == (len(ep) + 1, 3) and (rows >= 0).all() and (rows <= 1).all()
+    plain, placed = logged_arrays(episodes), logged_arrays(episodes, placement=True)
+    assert plain["obs"].shape[1] == len(OBS_NAMES) and placed["obs"].shape[1] == len(OBS_NAMES) + 3
+    assert np.array_equal(placed["obs"][:, :len(OBS_NAMES)], plain["obs"])
+    assert placed["obs"][:, len(OBS_NAMES):].std(0).max() > 0  # it moves along the day
+    for ep in episodes:  # data written before the state was logged
+        for t in range(len(ep) + 1):
+            for k in [k for k in ep.get_infos(t) if k.startswith("place_")]:
+                del ep.get_infos(t)[k]
+    with pytest.raises(ValueError, match="record it anew"):
+        logged_arrays(episodes, placement=True)
+
+
+def test_the_placement_state_is_the_simulators_server_by_server(tiny):
+    from envs.scenario.env import ScenarioEnv
+
+    env = ScenarioEnv({"config": tiny})
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    seen, done = 0, False
+    while not done:
+        assert env.sim.placement().tolist() == pytest.approx(brute_placement(env.sim))
+        seen += env.sim.placement()[0] > 0
+        done = env.step(env.action_space.sample() if rng.random() < 0.5 else [5, 0])[2]
+    assert seen > 0
+
+
+def test_model_learner_models_the_placement_state_on_tiny(tmp_path):
+    argv = ["scenarios", "offline", "--scenario", "tiny", "--episodes", "3", "--noise", "0.5",
+            "--n-seeds", "2", "--learner", "model", "--select", "behaviour",
+            "--model-steps", "40", "--es-iterations", "3", "--held-out", "1", "--placement",
+            "--out", str(tmp_path / "o"), "--workers", "1", "--json", str(tmp_path / "r.json")]
+    assert cli.main(argv) == 0
+    info = json.loads((tmp_path / "o" / "model_seed0" / "policy" / "offline.json").read_text())
+    assert info["settings"]["placement"]
+    # the placement columns follow the 34 observation columns and are modelled, not inputs
+    assert info["input_columns"] == [*range(22), 33]

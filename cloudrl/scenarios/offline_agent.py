@@ -65,6 +65,16 @@ STEP_KEYS = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh",
              "violations_lc", "violations_batch")
 
 
+def placement_info(sim: Any) -> dict[str, float]:
+    """The fleet's placement state after a step (``place_<name>`` for each of
+    :data:`~envs.scenario.sim.PLACEMENT_NAMES`): logged beside the observation for a model
+    of the data (``--learner model --placement``), never seen by the policies."""
+    from envs.scenario.sim import PLACEMENT_NAMES
+
+    return {f"place_{k}": float(v) for k, v in zip(PLACEMENT_NAMES, sim.placement(),
+                                                  strict=True)}
+
+
 def behaviour_params(scenario: str) -> dict[str, dict[str, float]]:
     return {b: dict(TUNED.get(scenario, {}).get(b, {})) for b in BEHAVIOURS}
 
@@ -113,7 +123,7 @@ def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: s
                             action_space=env.action_space)
     obs, info = env.reset(seed=int(seed))
     controller.reset(inner.sim)
-    ep.add_env_reset(observation=obs, infos=dict(info))
+    ep.add_env_reset(observation=obs, infos={**info, **placement_info(inner.sim)})
     n_actions = int(env.action_space.n)
     n_release = n_actions // len(READY_MARGINS)
     shifts = [(a, b) for a in range(-2, 3) for b in range(-1, 2) if (a, b) != (0, 0)]
@@ -134,6 +144,7 @@ def record_episode(cfg: ScenarioConfig, controller: Any, seed: int, behaviour: s
         obs, reward, terminated, truncated, info = env.step(action)
         step_info = {k: float(info[k]) for k in STEP_KEYS}
         step_info["behaviour_action"] = int(intended)
+        step_info.update(placement_info(inner.sim))
         if "episode" in info:
             step_info["episode"] = {k: float(v) for k, v in info["episode"].items()}
         ep.add_env_step(observation=obs, action=int(action), reward=float(reward),

@@ -127,7 +127,8 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     model = ModelESConfig(run_seed=args.run_seed, iterations=args.es_iterations,
                           model_steps=args.model_steps, penalty=args.disagreement_weight,
                           held_out=args.held_out, constrained=not args.unconstrained,
-                          logged_states=args.logged_states, release_cap=args.release_cap) \
+                          logged_states=args.logged_states, release_cap=args.release_cap,
+                          placement=args.placement) \
         if args.learner == "model" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
@@ -240,6 +241,10 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--logged-states", action="store_true",
                    help="model: also hold each class's violations predicted at the logged "
                         "states (each policy's action there) at the clone's level")
+    p.add_argument("--placement", action="store_true",
+                   help="model: also model the logged placement state (free room per server, "
+                        "the largest waiting LC job), which the policy does not see; needs "
+                        "data recorded with it")
     p.add_argument("--release-cap", action="store_true",
                    help="model: the searched policy never releases more batch work than the "
                         "clone it starts from would (it may hold work back)")

@@ -44,21 +44,41 @@ import numpy as np
 from cloudrl.algorithms.model_es import InputDrivenModel, ModelESConfig, input_columns, search
 from cloudrl.scenarios.offline_student import StudentSettings, macro_rows, train_student
 from envs.scenario.config import ScenarioConfig
-from envs.scenario.env import READY_MARGINS
+from envs.scenario.env import OBS_NAMES, READY_MARGINS
+from envs.scenario.sim import PLACEMENT_NAMES
 
 CLASSES = ("lc", "batch")  # the violation counts the model predicts, in this order
 
 
-def logged_arrays(episodes: list[Any]) -> dict[str, Any]:
+def placement_rows(ep: Any, n: int) -> np.ndarray:
+    """The logged placement state (``place_*`` infos) after reset and after each of the
+    ``n`` steps, ``(n + 1, len(PLACEMENT_NAMES))``; a ValueError for data written before it
+    was logged."""
+    keys = [f"place_{k}" for k in PLACEMENT_NAMES]
+    rows = []
+    for t in range(n + 1):
+        info = ep.get_infos(t)
+        if any(k not in info for k in keys):
+            raise ValueError("--placement: this data has no placement state in its infos "
+                             "(written before it was logged); record it anew")
+        rows.append([float(info[k]) for k in keys])
+    return np.asarray(rows, np.float32)
+
+
+def logged_arrays(episodes: list[Any], placement: bool = False) -> dict[str, Any]:
     """Every logged transition (observation, action taken, cost $, next observation, the
     period's violations of each class, the episode's seed), each seed's observation
     arrays, and one logged day per seed (its first episode's observations: the inputs are
-    the same in all of them)."""
+    the same in all of them). With ``placement`` every observation row carries the logged
+    placement state after its own columns (:func:`placement_rows`): the model's state,
+    not the policy's."""
     obs, acts, costs, nxt, viol, seed = [], [], [], [], [], []
     by_seed: dict[int, list[np.ndarray]] = {}
     for ep in episodes:
         n = len(ep)
         o = macro_rows(ep.get_observations(slice(0, n + 1)))
+        if placement:
+            o = np.concatenate([o, placement_rows(ep, n)], 1)
         obs.append(o[:-1])
         nxt.append(o[1:])
         acts.append(np.asarray(ep.get_actions(slice(0, n)), np.int64).reshape(-1))
@@ -94,7 +114,7 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
     t0 = time.perf_counter()
     out = Path(out)
     start, _ = train_student(cfg, data, out / "start", budgets, student, log)
-    arrays = logged_arrays(read_dataset(data))
+    arrays = logged_arrays(read_dataset(data), placement=m.placement)
     inputs = input_columns(arrays["by_seed"])
     seeds = sorted(arrays["days"])
     if len(seeds) <= m.held_out:
@@ -106,7 +126,10 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
         # unconstrained, the model is the cost model alone (as it was before the constraint)
         model = InputDrivenModel(inputs, 24, m, n_extra=len(CLASSES) if m.constrained else 0)
         log(f"model: {int(inputs.sum())} input columns replayed from the logs, "
-            f"{len(model.endo)} modelled; {len(arrays['obs'])} logged transitions")
+            f"{len(model.endo)} modelled"
+            + (f" ({len(PLACEMENT_NAMES)} of them the logged placement state, which the "
+               f"policy does not see)" if m.placement else "")
+            + f"; {len(arrays['obs'])} logged transitions")
         losses = model.fit(arrays["obs"], arrays["actions"], arrays["costs"],
                            arrays["next_obs"], log,
                            extra=arrays["violations"] if m.constrained else None)
@@ -135,7 +158,8 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
         logged = (states(search_seeds), states(held_seeds)) if m.logged_states else None
         torch.manual_seed(m.run_seed)
         module, history, kept = search(module, model, days(search_seeds), days(held_seeds),
-                                       m, to_flat, log, logged=logged)
+                                       m, to_flat, log, logged=logged,
+                                       policy_columns=len(OBS_NAMES))
     finally:
         torch.set_num_threads(threads)
     hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])

@@ -49,6 +49,7 @@ from envs.signals import SignalSeries, make_signals
 
 ACTIVE, SUSPENDED, OFF, RESUMING, BOOTING = 0, 1, 2, 3, 4
 STATE_NAMES = ("active", "suspended", "off", "resuming", "booting")
+PLACEMENT_NAMES = ("free_max", "roomy_share", "lc_waiting_max")  # ScenarioSim.placement
 _EPS = 1e-9
 _TIER_WEIGHT = 10.0  # placement: most efficient tier first, then the fullest server
 
@@ -208,6 +209,20 @@ class ScenarioSim:
     def committed_cores(self) -> float:
         """Cores of running jobs plus jobs waiting in the run queue."""
         return float(self.used.sum()) + self.queued_cores
+
+    def placement(self) -> np.ndarray:
+        """What the aggregate observation leaves out and latency-critical violations follow
+        (:data:`PLACEMENT_NAMES`): the most free cores on one active server and the share
+        of servers that are active with room for the largest job (both over the largest
+        server's cores or the server count), and the largest waiting latency-critical
+        job's cores over the largest server's (0 if none waits)."""
+        free = np.where(self.state == ACTIVE, self.cores - self.used, 0.0)
+        big = self.max_job_cores
+        lc = [self._cores[j] for j in self.run_queue if self._cls[j] == LATENCY_CRITICAL] \
+            if self.run_queue else []
+        return np.array([float(free.max(initial=0.0)) / big,
+                         float((free >= big - _EPS).sum()) / self.n,
+                         float(max(lc, default=0.0)) / big])
 
     def ready_mask(self) -> np.ndarray:
         s = self.state

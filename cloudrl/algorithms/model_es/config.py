@@ -54,6 +54,10 @@ class ModelESConfig:
     # never release more); releasing more fills the servers large latency-critical jobs
     # need, a placement effect the model's aggregate columns cannot show
     release_cap: bool = False
+    # model the logged placement state too (the most free cores on one server, the servers
+    # with room for the largest job, the largest waiting LC job): columns the model steps
+    # and its violation head reads, which the policy does not see
+    placement: bool = False
 
     def __post_init__(self) -> None:
         for name in ("members", "model_steps", "model_batch", "iterations", "pairs",

@@ -25,12 +25,14 @@ def searched(module: Any) -> list[torch.nn.Parameter]:
 
 @torch.no_grad()
 def model_rollout(model: InputDrivenModel, policies: list[Any], traces: torch.Tensor,
-                  to_flat: FlatActions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  to_flat: FlatActions, policy_columns: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every policy (``greedy(obs)``) along every logged day of ``traces`` ``(S, T + 1,
     D)``: the inputs replayed as logged, the endogenous columns from the model, starting
     from each day's logged first state. Returns each policy's mean cost per day, mean
     summed disagreement (the members' standard deviation of each period's cost), ``(P,)``
-    each, and its mean summed extra counts per day, ``(P, n_extra)``."""
+    each, and its mean summed extra counts per day, ``(P, n_extra)``. The policies see the
+    first ``policy_columns`` columns (all when None); the rest are the model's alone."""
     n_pol, n_days, n_steps = len(policies), traces.shape[0], traces.shape[1] - 1
     endo = torch.as_tensor(model.endo)
     state = traces[:, 0, endo].repeat(n_pol, 1)
@@ -40,7 +42,8 @@ def model_rollout(model: InputDrivenModel, policies: list[Any], traces: torch.Te
     for t in range(n_steps):
         obs = traces[:, t].repeat(n_pol, 1)
         obs[:, endo] = state
-        acts = torch.cat([to_flat(p.greedy(obs[k * n_days:(k + 1) * n_days]))
+        seen = obs[:, :policy_columns]
+        acts = torch.cat([to_flat(p.greedy(seen[k * n_days:(k + 1) * n_days]))
                           for k, p in enumerate(policies)])
         state, c, s, e = model.step(obs, acts)
         cost += c
@@ -52,19 +55,20 @@ def model_rollout(model: InputDrivenModel, policies: list[Any], traces: torch.Te
 
 @torch.no_grad()
 def logged_counts(model: InputDrivenModel, policies: list[Any], states: torch.Tensor,
-                  to_flat: FlatActions) -> torch.Tensor:
+                  to_flat: FlatActions, policy_columns: int | None = None) -> torch.Tensor:
     """Every policy's action at each logged state ``(N, D)`` and the extra counts the model
     predicts for the period after it, averaged over the states: ``(P, n_extra)``. Unlike
     :func:`model_rollout` nothing is rolled forward, so the states are real."""
-    return torch.stack([model.step(states, to_flat(p.greedy(states)))[3].mean(0)
+    seen = states[:, :policy_columns]
+    return torch.stack([model.step(states, to_flat(p.greedy(seen)))[3].mean(0)
                         for p in policies])
 
 
 def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
            held_traces: torch.Tensor, cfg: ModelESConfig, to_flat: FlatActions,
            log: Callable[[str], None] = print,
-           logged: tuple[torch.Tensor, torch.Tensor] | None = None
-           ) -> tuple[Any, list[dict[str, Any]], int]:
+           logged: tuple[torch.Tensor, torch.Tensor] | None = None,
+           policy_columns: int | None = None) -> tuple[Any, list[dict[str, Any]], int]:
     """ES from ``module``'s weights on the model's cost plus ``cfg.penalty`` times its
     disagreement along ``train_traces``; ``module`` ends with the weights of the iteration
     that scores lowest on ``held_traces`` (the start, iteration 0, competing).
@@ -81,7 +85,7 @@ def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
     actions predict there (:func:`logged_counts`, ``cfg.logged_batch`` search rows per
     iteration) are a second constraint of the same form, with multipliers of their own,
     and the held-out check requires both. Returns the module, the history and the kept
-    iteration."""
+    iteration. ``policy_columns``: as in :func:`model_rollout`."""
     gen = torch.Generator().manual_seed(cfg.run_seed)
     theta = parameters_to_vector(searched(module)).detach().clone()
     workers = [copy.deepcopy(module) for _ in range(2 * cfg.pairs)]
@@ -98,12 +102,12 @@ def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
 
     def held(vec: torch.Tensor) -> tuple[float, float, torch.Tensor]:
         vector_to_parameters(vec, searched(workers[0]))
-        c, s, e = model_rollout(model, [workers[0]], held_traces, to_flat)
+        c, s, e = model_rollout(model, [workers[0]], held_traces, to_flat, policy_columns)
         return float(c[0]), float(s[0]), e[0]
 
     def held_logged(vec: torch.Tensor) -> torch.Tensor:
         vector_to_parameters(vec, searched(workers[0]))
-        return logged_counts(model, [workers[0]], logged[1], to_flat)[0]
+        return logged_counts(model, [workers[0]], logged[1], to_flat, policy_columns)[0]
 
     c0, s0, e0 = held(theta)
     history: list[dict[str, Any]] = [{"iteration": 0, "held_cost": c0, "held_spread": s0,
@@ -125,7 +129,8 @@ def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
             vector_to_parameters(vec, searched(w))
         days = torch.randperm(n_train, generator=gen)[:cfg.traces_per_iteration]
         players = workers + [anchor] if constrained else workers
-        c, s, e = model_rollout(model, players, train_traces[days], to_flat)
+        c, s, e = model_rollout(model, players, train_traces[days], to_flat,
+                                policy_columns)
         f = c[:len(workers)] + cfg.penalty * s[:len(workers)]
         if constrained:
             excess = e[:len(workers)] / e[-1].clamp(min=1e-6) - 1.0
@@ -133,7 +138,7 @@ def search(module: Any, model: InputDrivenModel, train_traces: torch.Tensor,
             lam = (lam + cfg.dual_lr * excess.mean(0)).clamp(min=0.0)
         if on_logged:
             rows = torch.randint(0, len(logged[0]), (cfg.logged_batch,), generator=gen)
-            le = logged_counts(model, players, logged[0][rows], to_flat)
+            le = logged_counts(model, players, logged[0][rows], to_flat, policy_columns)
             excess = le[:len(workers)] / le[-1].clamp(min=1e-6) - 1.0
             f = f + float(c[-1]) * (excess * lam_logged).sum(1)
             lam_logged = (lam_logged + cfg.dual_lr * excess.mean(0)).clamp(min=0.0)
