@@ -49,6 +49,7 @@ import numpy as np
 from cloudrl.algorithms.distill.actions import nearest_action
 from envs.scenario.config import ScenarioConfig
 from envs.scenario.env import READY_MARGINS, MaskedScenarioEnv
+from envs.scenario.sim import PLACEMENT_NAMES
 
 # the tuned behaviour policies (validation-tuned on scarcity_spikes; other scenarios: defaults)
 TUNED: dict[str, dict[str, dict[str, float]]] = {
@@ -69,8 +70,6 @@ def placement_info(sim: Any) -> dict[str, float]:
     """The fleet's placement state after a step (``place_<name>`` for each of
     :data:`~envs.scenario.sim.PLACEMENT_NAMES`): logged beside the observation for a model
     of the data (``--learner model --placement``), never seen by the policies."""
-    from envs.scenario.sim import PLACEMENT_NAMES
-
     return {f"place_{k}": float(v) for k, v in zip(PLACEMENT_NAMES, sim.placement(),
                                                   strict=True)}
 
