@@ -16,7 +16,8 @@ has no value head; ``model_config``: ``hiddens`` (tuple of widths). Imports noth
 
 :class:`ReleaseCappedPolicyModule` is the same policy with a fixed anchor network beside
 it whose release level its greedy action never passes (a one-sided trust region around a
-behaviour clone).
+behaviour clone), everywhere or, with a gate, only in the states where one observation
+column is above a threshold.
 """
 
 from __future__ import annotations
@@ -96,12 +97,24 @@ class ReleaseCappedPolicyModule(ScenarioPolicyModule):
     levels (branch 0's levels rise with the index), so the policy may hold batch work back
     where the anchor would release it, never release more. :meth:`searched_parameters`
     are the policy's own weights, the only ones a search should move; ``_forward`` (the
-    logits) is the policy's own, uncapped."""
+    logits) is the policy's own, uncapped.
+
+    ``model_config["cap_gate"]`` (optional, ``{"column": int, "above": float}``): the cap
+    holds only where observation column ``column`` is above ``above``; elsewhere the
+    policy plays its own release level. Without it the cap holds everywhere."""
 
     def setup(self) -> None:
         super().setup()
         self.anchor_trunk = copy.deepcopy(self.trunk)
         self.anchor_logits = copy.deepcopy(self.logits)
+        gate = model_config_dict(self.model_config).get("cap_gate")
+        self.cap_gate: tuple[int, float] | None = None
+        if gate is not None:
+            column, above = int(gate["column"]), float(gate["above"])
+            if not 0 <= column < int(self.observation_space.shape[0]):
+                raise ValueError(f"cap_gate column {column} outside the observation's "
+                                 f"{self.observation_space.shape[0]} columns")
+            self.cap_gate = (column, above)
 
     def searched_parameters(self) -> list[nn.Parameter]:
         """The policy's own weights (the trunk and logits), not the anchor's."""
@@ -112,9 +125,17 @@ class ReleaseCappedPolicyModule(ScenarioPolicyModule):
         self.anchor_trunk.load_state_dict(module.trunk.state_dict())
         self.anchor_logits.load_state_dict(module.logits.state_dict())
 
+    def capped_rows(self, obs: torch.Tensor) -> torch.Tensor:
+        """Bool ``(B,)``: the observations where the cap holds."""
+        if self.cap_gate is None:
+            return torch.ones(obs.shape[0], dtype=torch.bool, device=obs.device)
+        column, above = self.cap_gate
+        return obs[:, column] > above
+
     @torch.no_grad()
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         own = super().greedy(obs)
         anchor = self.anchor_logits(self.anchor_trunk(obs))[:, :self.branch_sizes[0]]
-        own[:, 0] = torch.minimum(own[:, 0], anchor.argmax(-1))
+        capped = torch.minimum(own[:, 0], anchor.argmax(-1))
+        own[:, 0] = torch.where(self.capped_rows(obs), capped, own[:, 0])
         return own

@@ -39,6 +39,16 @@ def test_compositions_take_each_control_from_the_right_network():
     assert ((low[:, 0] == s[:, 0]) | (low[:, 0] == c[:, 0])).all()
 
 
+def test_the_gated_composition_caps_the_release_only_above_the_gate():
+    searched, clone = random_module(4), random_module(5)
+    obs = torch.randn(600, 34)
+    s, c = searched.greedy(obs), clone.greedy(obs)
+    g = Composed(searched, clone, "gated", (26, 0.3)).greedy(obs)
+    hot = obs[:, 26] > 0.3
+    assert torch.equal(g[hot, 0], torch.minimum(s[hot, 0], c[hot, 0]))
+    assert torch.equal(g[~hot, 0], s[~hot, 0]) and torch.equal(g[:, 1], s[:, 1])
+
+
 def test_the_clone_and_searched_rows_are_those_policies_episodes(tmp_path, capsys):
     run = tmp_path / "run"
     save_checkpoint(random_module(2), run / "start", (8,), {"scenario": "tiny"})
@@ -55,7 +65,8 @@ def test_the_clone_and_searched_rows_are_those_policies_episodes(tmp_path, capsy
     assert "release_min" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--n-seeds", "0"], ["--n-seeds", "51"], []])
+@pytest.mark.parametrize("argv", [["--n-seeds", "0"], ["--n-seeds", "51"], [],
+                                  ["--gate-share", "1.5"], ["--gate-data", "/nonexistent"]])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, capsys):
     assert main(["--run", str(tmp_path / "none"), *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -75,3 +75,50 @@ def test_searches_move_the_policys_own_weights_never_the_anchors():
         assert {id(p) for p in params} == own
     plain = build_module((16, 16))
     assert len(searched(plain)) == len(list(plain.parameters()))
+
+
+def gated_pair(seed: int, column: int, above: float):
+    capped, own, anchor = capped_pair(seed)
+    gated = build_module((16, 16), release_cap=True,
+                         cap_gate={"column": column, "above": above})
+    gated.load_state_dict(capped.state_dict())
+    return gated, own, anchor
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 33), st.floats(-1.5, 1.5))
+def test_a_gated_cap_holds_only_above_the_threshold(seed, column, above):
+    gated, own, anchor = gated_pair(seed, column, above)
+    obs = torch.randn(256, 34, generator=torch.Generator().manual_seed(seed))
+    a, o, r = gated.greedy(obs), own.greedy(obs), anchor.greedy(obs)
+    hot = obs[:, column] > above
+    assert torch.equal(a[hot, 0], torch.minimum(o[hot, 0], r[hot, 0]))
+    assert torch.equal(a[~hot, 0], o[~hot, 0])
+    assert torch.equal(a[:, 1], o[:, 1])
+
+
+def test_a_gated_checkpoint_round_trips_and_a_bad_gate_is_one_clear_error(tmp_path):
+    gated, _, _ = gated_pair(4, 26, 0.42)
+    save_checkpoint(gated, tmp_path / "g", (16, 16), {"scenario": "tiny"})
+    loaded, spec = load_checkpoint(tmp_path / "g")
+    assert spec["model_config"]["cap_gate"] == {"column": 26, "name": "committed",
+                                                "above": 0.42}
+    assert loaded.cap_gate == (26, 0.42)
+    obs = torch.randn(400, 34)
+    assert torch.equal(loaded.greedy(obs), gated.greedy(obs))
+    for bad, match in [({"column": 34, "above": 0.1}, "column must be"),
+                       ({"column": True, "above": 0.1}, "column must be"),
+                       ({"column": 26, "name": "price_now", "above": 0.1}, "is not"),
+                       ({"column": 26, "above": "high"}, "above must be"),
+                       ({"column": 26, "above": float("nan")}, "above must be"),
+                       ([26, 0.1], "must be an object")]:
+        spec["model_config"]["cap_gate"] = bad
+        (tmp_path / "g" / "policy.json").write_text(json.dumps(spec))
+        with pytest.raises(CheckpointError, match=match):
+            load_checkpoint(tmp_path / "g")
+    spec["model_config"].update(release_cap=False, cap_gate={"column": 26, "above": 0.1})
+    (tmp_path / "g" / "policy.json").write_text(json.dumps(spec))
+    with pytest.raises(CheckpointError, match="needs release_cap"):
+        load_checkpoint(tmp_path / "g")
+    with pytest.raises(ValueError, match="needs release_cap"):
+        build_module((16, 16), cap_gate={"column": 26, "above": 0.1})

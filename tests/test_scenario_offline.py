@@ -118,6 +118,9 @@ def test_tiny_train_and_the_agent_plays_through_the_runner(tiny, episodes, tmp_p
                                   ["--model-steps", "0"], ["--disagreement-weight", "-1"],
                                   ["--held-out", "0"],
                                   ["--logged-states", "--unconstrained"],
+                                  ["--learner", "model", "--cap-gate", "1.5"],
+                                  ["--learner", "model", "--cap-gate", "nan"],
+                                  ["--learner", "student", "--cap-gate", "0.05"],
                                   ["--learner", "model", "--episodes", "3", "--held-out", "3"]])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     code = cli.main(["scenarios", "offline", "--scenario", "tiny", *argv])
@@ -493,6 +496,40 @@ def test_model_learner_with_the_release_cap_and_logged_states_on_tiny(tmp_path, 
         clone.parameters(), strict=True))
     obs = torch.randn(500, 34)
     assert (policy.greedy(obs)[:, 0] <= clone.greedy(obs)[:, 0]).all()
+
+
+def test_model_learner_with_a_gated_release_cap_on_tiny(tmp_path, capsys):
+    """--cap-gate: the gate is found in the logs and saved with the checkpoint; below its
+    threshold the policy plays its own release, above it never more than the clone's."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import load_checkpoint
+    from envs.scenario.env import OBS_NAMES
+
+    argv = ["scenarios", "offline", "--scenario", "tiny", "--episodes", "3", "--noise", "0.5",
+            "--n-seeds", "2", "--learner", "model", "--select", "behaviour",
+            "--model-steps", "40", "--es-iterations", "3", "--held-out", "1",
+            "--cap-gate", "0.5", "--out", str(tmp_path / "o"), "--workers", "1",
+            "--json", str(tmp_path / "run.json")]
+    assert cli.main(argv) == 0
+    assert "release cap gate:" in capsys.readouterr().out
+    run = tmp_path / "o" / "model_seed0"
+    info = json.loads((run / "policy" / "offline.json").read_text())
+    assert info["settings"]["release_cap"] and info["settings"]["cap_gate"] == 0.5
+    policy, spec = load_checkpoint(run / "policy")
+    clone, _ = load_checkpoint(run / "start")
+    gate = info["cap_gate"]  # on these logs: frac_active, freeing most states
+    assert gate is not None and policy.cap_gate == (gate["column"], gate["above"])
+    assert 0 < gate["free_share"] <= 1 and gate["violation_share"] <= 0.5
+    assert spec["model_config"]["cap_gate"] == {"column": gate["column"],
+                                                "name": OBS_NAMES[gate["column"]],
+                                                "above": gate["above"]}
+    obs = torch.randn(2000, 34)
+    a, c = policy.greedy(obs), clone.greedy(obs)
+    above = obs[:, gate["column"]] > gate["above"]
+    assert (a[above, 0] <= c[above, 0]).all()
+    own = super(type(policy), policy).greedy(obs)
+    assert torch.equal(a[~above, 0], own[~above, 0])
 
 
 def brute_placement(sim):

@@ -66,6 +66,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--disagreement-weight must be >= 0, got {args.disagreement_weight}"
     if args.logged_states and args.unconstrained:
         return "--logged-states is a second constraint: it does not go with --unconstrained"
+    if not 0.0 <= args.cap_gate < 1.0:
+        return f"--cap-gate must be a share in (0, 1), got {args.cap_gate}"
+    if args.cap_gate > 0 and args.learner != "model":
+        return "--cap-gate gates the model search's release cap: it needs --learner model"
     if args.held_out < 1:
         return f"--held-out must be >= 1 (logged train seeds), got {args.held_out}"
     if args.learner == "model" and args.held_out >= args.episodes and not args.data:
@@ -127,8 +131,9 @@ def _cmd_offline(args: argparse.Namespace) -> int:
     model = ModelESConfig(run_seed=args.run_seed, iterations=args.es_iterations,
                           model_steps=args.model_steps, penalty=args.disagreement_weight,
                           held_out=args.held_out, constrained=not args.unconstrained,
-                          logged_states=args.logged_states, release_cap=args.release_cap,
-                          placement=args.placement) \
+                          logged_states=args.logged_states,
+                          release_cap=args.release_cap or args.cap_gate > 0,
+                          cap_gate=args.cap_gate, placement=args.placement) \
         if args.learner == "model" else None
     iql = IQLConfig(run_seed=args.run_seed, expectile=args.expectile, beta=args.beta,
                     gamma=args.gamma, critic_steps=args.steps,
@@ -248,6 +253,11 @@ def add_offline_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--release-cap", action="store_true",
                    help="model: the searched policy never releases more batch work than the "
                         "clone it starts from would (it may hold work back)")
+    p.add_argument("--cap-gate", type=float, default=0.0, metavar="SHARE",
+                   help="model: the release cap (implied) holds only above the threshold of "
+                        "the observation column under which the most logged states fall "
+                        "while carrying at most SHARE of the latency-critical violations "
+                        "logged in the hour after them (e.g. 0.05); 0: the cap everywhere")
     p.add_argument("--held-out", type=int, default=8,
                    help="model: logged train seeds kept out of the search, which pick the "
                         "iteration kept")

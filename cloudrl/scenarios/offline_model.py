@@ -24,7 +24,9 @@ built from the logs alone (:mod:`cloudrl.algorithms.model_es`):
    class, a multiplier per class holds them at the clone's level along the search, and
    only iterations that predict no more of either class than the clone on the held-out
    days can be kept. With ``release_cap`` the searched policy keeps the clone beside it
-   and never releases more batch work than the clone would.
+   and never releases more batch work than the clone would; with ``cap_gate`` as well,
+   only in the states where the logs show latency-critical violations
+   (:func:`cloudrl.algorithms.model_es.cap_gate`).
 
 The train seeds of the data are split: the last ``held_out`` seeds are the held-out days,
 the others the search's. No environment is stepped; the test seeds are only played by the
@@ -41,7 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from cloudrl.algorithms.model_es import InputDrivenModel, ModelESConfig, input_columns, search
+from cloudrl.algorithms.model_es import (
+    InputDrivenModel,
+    ModelESConfig,
+    cap_gate,
+    input_columns,
+    search,
+)
 from cloudrl.scenarios.offline_student import StudentSettings, macro_rows, train_student
 from envs.scenario.config import ScenarioConfig
 from envs.scenario.env import OBS_NAMES, READY_MARGINS
@@ -67,14 +75,15 @@ def placement_rows(ep: Any, n: int) -> np.ndarray:
 
 def logged_arrays(episodes: list[Any], placement: bool = False) -> dict[str, Any]:
     """Every logged transition (observation, action taken, cost $, next observation, the
-    period's violations of each class, the episode's seed), each seed's observation
+    period's violations of each class, the episode's seed and its index in ``episodes``;
+    an episode's rows are contiguous and in order), each seed's observation
     arrays, and one logged day per seed (its first episode's observations: the inputs are
     the same in all of them). With ``placement`` every observation row carries the logged
     placement state after its own columns (:func:`placement_rows`): the model's state,
     not the policy's."""
-    obs, acts, costs, nxt, viol, seed = [], [], [], [], [], []
+    obs, acts, costs, nxt, viol, seed, index = [], [], [], [], [], [], []
     by_seed: dict[int, list[np.ndarray]] = {}
-    for ep in episodes:
+    for k, ep in enumerate(episodes):
         n = len(ep)
         o = macro_rows(ep.get_observations(slice(0, n + 1)))
         if placement:
@@ -88,9 +97,10 @@ def logged_arrays(episodes: list[Any], placement: bool = False) -> dict[str, Any
                               for i in infos]))
         s = int(ep.custom_data.get("episode_seed", -1))
         seed.append(np.full(n, s, np.int64))
+        index.append(np.full(n, k, np.int64))
         by_seed.setdefault(s, []).append(o)
     return {"obs": np.concatenate(obs), "actions": np.concatenate(acts),
-            "seeds": np.concatenate(seed),
+            "seeds": np.concatenate(seed), "episodes": np.concatenate(index),
             "costs": np.concatenate(costs), "next_obs": np.concatenate(nxt),
             "violations": np.concatenate(viol),
             "by_seed": by_seed, "days": {s: eps[0] for s, eps in sorted(by_seed.items())}}
@@ -141,8 +151,23 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
 
         search_seeds, held_seeds = seeds[:-m.held_out], seeds[-m.held_out:]
         module, spec = load_checkpoint(start)
+        gate = None
+        if m.cap_gate > 0:
+            gate = cap_gate(arrays["obs"][:, :len(OBS_NAMES)],
+                            arrays["violations"][:, CLASSES.index("lc")], arrays["episodes"],
+                            m.cap_gate, m.cap_gate_horizon)
+            log("model: release cap gate: " + (
+                "no observation column frees any logged state; the cap holds everywhere"
+                if gate is None else
+                f"the cap holds where {OBS_NAMES[gate['column']]} > {gate['above']:.4f}; "
+                f"below it lie {100 * gate['free_share']:.1f}% of the logged states, "
+                f"carrying {100 * gate['violation_share']:.1f}% of the LC violations "
+                f"logged in the {m.cap_gate_horizon} periods after them"))
+            if gate is not None:
+                gate["name"] = OBS_NAMES[gate["column"]]
         if m.release_cap:  # the clone stays as the anchor whose release level caps it
-            capped = build_module(tuple(spec["model_config"]["hiddens"]), release_cap=True)
+            capped = build_module(tuple(spec["model_config"]["hiddens"]), release_cap=True,
+                                  cap_gate=gate)
             capped.load_state_dict(module.state_dict(), strict=False)
             capped.set_anchor(module)
             module = capped.eval()
@@ -169,7 +194,7 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
                                        "offline_student": asdict(student)}})
     info = {"learner": "model", "settings": asdict(m), "student": asdict(student),
             "start": str(start), "input_columns": [int(i) for i in np.flatnonzero(inputs)],
-            "model_loss": losses, "kept_iteration": kept, "history": history,
+            "model_loss": losses, "kept_iteration": kept, "cap_gate": gate, "history": history,
             "search_seeds": search_seeds, "held_out_seeds": held_seeds,
             "rows": int(len(arrays["obs"])), "dataset": str(Path(data).resolve()),
             "budgets": budgets, "train_s": time.perf_counter() - t0}

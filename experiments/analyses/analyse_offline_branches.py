@@ -12,6 +12,11 @@ two, each action taken per decision from the two networks on the same observatio
   the clone's ready margin;
 * ``release_max``: the higher of the two release levels, the clone's ready margin.
 
+With ``--gate-data DIR`` (the logged episodes the run was trained on) and
+``--gate-share``, one more: ``gated``, the searched policy with the clone's release level
+as a cap only in the states the logs show to carry LC violations (the gate of
+``--cap-gate``, :func:`cloudrl.algorithms.model_es.cap_gate`, found in those logs).
+
 It prints, per policy, the mean episode cost, LC and batch violations per episode and the
 share of seeds whose LC violation rate is above ``--lc-budget`` (the offline agent's tail
 budget). Episodes run in one process.
@@ -20,7 +25,8 @@ Run::
 
     python experiments/analyses/analyse_offline_branches.py \\
         --run results/offline_scenarios/lmodel/model_seed0 --n-seeds 40 \\
-        --json results/offline_scenarios/branches_lmodel_r0.json
+        --json results/offline_scenarios/branches_lmodel_r0.json \\
+        --gate-data results/offline_scenarios/win/data --gate-share 0.05
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ class Composed:
     """The greedy action of two policies combined per decision (see the module
     docstring); plays through :class:`~cloudrl.algorithms.distill.policy.LearnedController`."""
 
-    def __init__(self, searched: Any, clone: Any, how: str) -> None:
-        self.searched, self.clone, self.how = searched, clone, how
+    def __init__(self, searched: Any, clone: Any, how: str,
+                 gate: tuple[int, float] | None = None) -> None:
+        self.searched, self.clone, self.how, self.gate = searched, clone, how, gate
         self.branch_sizes = clone.branch_sizes
 
     def eval(self) -> Composed:
@@ -56,6 +63,11 @@ class Composed:
     @torch.no_grad()
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         s, c = self.searched.greedy(obs), self.clone.greedy(obs)
+        if self.how == "gated":
+            column, above = self.gate
+            capped = torch.where(obs[:, column] > above, torch.minimum(s[:, 0], c[:, 0]),
+                                 s[:, 0])
+            return torch.stack([capped, s[:, 1]], 1)
         release = {"clone": c[:, 0], "searched": s[:, 0], "release_only": s[:, 0],
                    "ready_only": c[:, 0], "release_min": torch.minimum(s[:, 0], c[:, 0]),
                    "release_max": torch.maximum(s[:, 0], c[:, 0])}[self.how]
@@ -63,7 +75,23 @@ class Composed:
         return torch.stack([release, ready], 1)
 
 
-def analyse(run: Path, n_seeds: int, lc_budget: float) -> dict[str, Any]:
+def logged_gate(data: Path, share: float) -> dict[str, Any] | None:
+    """The release cap's gate found in the logged episodes under ``data``."""
+    from cloudrl.algorithms.model_es import cap_gate
+    from cloudrl.data.offline import read_dataset
+    from cloudrl.scenarios.offline_model import CLASSES, logged_arrays
+    from envs.scenario.env import OBS_NAMES
+
+    arrays = logged_arrays(read_dataset(data))
+    gate = cap_gate(arrays["obs"][:, :len(OBS_NAMES)],
+                    arrays["violations"][:, CLASSES.index("lc")], arrays["episodes"], share)
+    if gate is not None:
+        gate["name"] = OBS_NAMES[gate["column"]]
+    return gate
+
+
+def analyse(run: Path, n_seeds: int, lc_budget: float,
+            gate: dict[str, Any] | None = None) -> dict[str, Any]:
     from cloudrl.algorithms.distill.policy import LearnedController, load_checkpoint
     from cloudrl.protocol import seeds_for
     from envs.scenario.catalog import load_scenario
@@ -76,9 +104,11 @@ def analyse(run: Path, n_seeds: int, lc_budget: float) -> dict[str, Any]:
     sim = ScenarioSim(load_scenario(spec.get("scenario") or "scarcity_spikes"))
     seeds = list(seeds_for("validation", n_seeds))
     out: dict[str, Any] = {"run": str(run), "seeds": seeds, "lc_budget": lc_budget,
-                           "policies": {}}
-    for how in COMPOSITIONS:
-        ctrl = LearnedController(Composed(searched, clone, how), how)
+                           "gate": gate, "policies": {}}
+    hows = COMPOSITIONS + (("gated",) if gate is not None else ())
+    for how in hows:
+        ctrl = LearnedController(Composed(searched, clone, how, None if gate is None else
+                                          (gate["column"], gate["above"])), how)
         rows = [run_episode(sim, ctrl, s).metrics for s in seeds]
         arr = np.array([[r["cost_usd"], r["violations_lc"], r["violations_batch"],
                          r["sla_lc"]] for r in rows])
@@ -91,7 +121,9 @@ def analyse(run: Path, n_seeds: int, lc_budget: float) -> dict[str, Any]:
 
 
 def format_table(res: dict[str, Any]) -> str:
-    lines = [f"{len(res['seeds'])} validation seeds; {res['run']}",
+    lines = [f"{len(res['seeds'])} validation seeds; {res['run']}"
+             + ("" if not res.get("gate") else
+                f"; gated: the cap where {res['gate']['name']} > {res['gate']['above']:.4f}"),
              f"{'policy':<14}{'cost $':>9}{'LC viol.':>10}{'batch viol.':>13}"
              f"{'LC over budget':>16}"]
     for how, r in res["policies"].items():
@@ -109,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="LC violation-rate budget per episode (default: scarcity_spikes' "
                         "0.95 tail budget of win/data, 0.1058%%)")
     p.add_argument("--json", help="also write the result here")
+    p.add_argument("--gate-data", help="the logged episodes (a 'cloudrl scenarios offline' "
+                                       "data directory): also play the gated composition")
+    p.add_argument("--gate-share", type=float, default=0.05,
+                   help="with --gate-data: the share of logged LC violations the states "
+                        "below the gate may carry (default 0.05)")
     args = p.parse_args(argv)
     from cloudrl.algorithms.distill.policy import CheckpointError
 
@@ -116,8 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analyse_offline_branches: --n-seeds must be in 1..50, got {args.n_seeds}",
               file=sys.stderr)
         return 2
+    if not 0.0 < args.gate_share < 1.0:
+        print(f"analyse_offline_branches: --gate-share must be in (0, 1), got "
+              f"{args.gate_share}", file=sys.stderr)
+        return 2
+    if args.gate_data and not (Path(args.gate_data) / "dataset.json").is_file():
+        print(f"analyse_offline_branches: --gate-data {args.gate_data}: no dataset.json (a "
+              f"directory 'cloudrl scenarios offline' wrote)", file=sys.stderr)
+        return 2
     try:
-        res = analyse(Path(args.run), args.n_seeds, args.lc_budget)
+        gate = logged_gate(Path(args.gate_data), args.gate_share) if args.gate_data else None
+        res = analyse(Path(args.run), args.n_seeds, args.lc_budget, gate)
     except CheckpointError as e:
         print(f"analyse_offline_branches: {e}", file=sys.stderr)
         return 2

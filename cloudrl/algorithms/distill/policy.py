@@ -26,6 +26,7 @@ config) and, from the command that wrote it, ``manifest.json``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -55,18 +56,26 @@ class CheckpointError(ValueError):
 
 
 def build_module(hiddens: tuple[int, ...], n_release: int = len(RELEASE_LEVELS),
-                 n_ready: int = len(READY_MARGINS), release_cap: bool = False
-                 ) -> ScenarioPolicyModule:
+                 n_ready: int = len(READY_MARGINS), release_cap: bool = False,
+                 cap_gate: dict[str, Any] | None = None) -> ScenarioPolicyModule:
     """A fresh module for the scenario env's observation space and its action branches
     (``n_release`` release levels and ``n_ready`` ready margins: the env's unless the
     policy has grids of its own); ``release_cap``: a
     :class:`~models.scenario_policy.ReleaseCappedPolicyModule` (an anchor network beside
-    it caps its release level)."""
+    it caps its release level); ``cap_gate`` (``{"column", "above"}``, with
+    ``release_cap`` only): the cap holds only where that observation column is above
+    ``above``."""
+    if cap_gate is not None and not release_cap:
+        raise ValueError("build_module: cap_gate needs release_cap")
     cls = ReleaseCappedPolicyModule if release_cap else ScenarioPolicyModule
+    model_config: dict[str, Any] = {"hiddens": list(hiddens)}
+    if cap_gate is not None:
+        model_config["cap_gate"] = {"column": int(cap_gate["column"]),
+                                    "above": float(cap_gate["above"])}
     return cls(
         observation_space=gym.spaces.Box(-10.0, 10.0, (len(OBS_NAMES),), np.float32),
         action_space=gym.spaces.MultiDiscrete([n_release, n_ready]),
-        model_config={"hiddens": list(hiddens)})
+        model_config=model_config)
 
 
 class LearnedController:
@@ -125,6 +134,10 @@ def save_checkpoint(module: ScenarioPolicyModule, out: str | Path, hiddens: tupl
     model_config: dict[str, Any] = {"hiddens": list(hiddens)}
     if isinstance(module, ReleaseCappedPolicyModule):
         model_config["release_cap"] = True
+        if module.cap_gate is not None:
+            column, above = module.cap_gate
+            model_config["cap_gate"] = {"column": column, "name": OBS_NAMES[column],
+                                        "above": above}
     spec = {"module": f"{cls.__module__}.{cls.__name__}",
             "model_config": model_config, "obs_names": list(OBS_NAMES),
             "action_nvec": [len(release_levels), len(ready_margins)], **extra}
@@ -150,11 +163,14 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
         spec = json.loads((p / SPEC).read_text())
         hiddens = tuple(int(h) for h in spec["model_config"]["hiddens"])
         capped = spec["model_config"].get("release_cap", False)
+        gate = spec["model_config"].get("cap_gate")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"--checkpoint {path}: {SPEC} is malformed ({e})") from None
     if not isinstance(capped, bool):
         raise CheckpointError(f"--checkpoint {path}: {SPEC}: model_config.release_cap must "
                               f"be true or false, got {capped!r}")
+    if gate is not None:
+        gate = _cap_gate_of(gate, capped, f"--checkpoint {path}: {SPEC}")
     try:
         levels, margins = release_levels_of(spec), ready_margins_of(spec)
     except (ValueError, TypeError) as e:
@@ -163,13 +179,38 @@ def load_checkpoint(path: str | Path) -> tuple[ScenarioPolicyModule, dict[str, A
             spec.get("action_nvec") != [len(levels), len(margins)]:
         raise CheckpointError(f"--checkpoint {path}: trained for another observation or "
                               f"action layout than this env's")
-    module = build_module(hiddens, len(levels), len(margins), release_cap=capped)
+    module = build_module(hiddens, len(levels), len(margins), release_cap=capped,
+                          cap_gate=gate)
     try:
         module.load_state_dict(torch.load(p / WEIGHTS, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError) as e:
         raise CheckpointError(f"--checkpoint {path}: {WEIGHTS} does not load "
                               f"({str(e).splitlines()[0]})") from None
     return module.eval(), spec
+
+
+def _cap_gate_of(gate: Any, capped: bool, where: str) -> dict[str, Any]:
+    """A checkpoint's ``model_config.cap_gate``, checked: an object with an observation
+    ``column`` (an index of this env's observation whose ``name``, when given, matches)
+    and a finite ``above``, on a release-capped policy only."""
+    if not capped:
+        raise CheckpointError(f"{where}: model_config.cap_gate needs release_cap true")
+    if not isinstance(gate, dict):
+        raise CheckpointError(f"{where}: model_config.cap_gate must be an object, got "
+                              f"{gate!r}")
+    column, above = gate.get("column"), gate.get("above")
+    if isinstance(column, bool) or not isinstance(column, int) or \
+            not 0 <= column < len(OBS_NAMES):
+        raise CheckpointError(f"{where}: model_config.cap_gate.column must be an "
+                              f"observation index 0..{len(OBS_NAMES) - 1}, got {column!r}")
+    if "name" in gate and gate["name"] != OBS_NAMES[column]:
+        raise CheckpointError(f"{where}: model_config.cap_gate.name {gate['name']!r} is not "
+                              f"observation column {column} ({OBS_NAMES[column]!r})")
+    if isinstance(above, bool) or not isinstance(above, (int, float)) or \
+            not math.isfinite(above):
+        raise CheckpointError(f"{where}: model_config.cap_gate.above must be a finite "
+                              f"number, got {above!r}")
+    return {"column": column, "above": float(above)}
 
 
 def release_levels_of(spec: dict[str, Any]) -> tuple[float, ...]:

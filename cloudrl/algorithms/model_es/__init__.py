@@ -18,13 +18,17 @@ endogenous state and the period's cost under any action.
   is the one with the lowest penalised cost on held-out logged days, the start competing;
   constrained, each class's predicted violations are held at the start's level along the
   rollouts and, optionally, at the logged states themselves (:func:`logged_counts`).
+* :mod:`.gate`: for a release-capped search, the states the logs show to be nearly free
+  of latency-critical violations, where the policy may release more than its anchor
+  (:func:`cap_gate`).
 
 No environment step is taken: everything comes from the logged episodes.
 """
 
 from cloudrl.algorithms.model_es.config import ModelESConfig
 from cloudrl.algorithms.model_es.dynamics import InputDrivenModel, input_columns
+from cloudrl.algorithms.model_es.gate import cap_gate, counts_ahead
 from cloudrl.algorithms.model_es.search import logged_counts, model_rollout, search
 
-__all__ = ["InputDrivenModel", "ModelESConfig", "input_columns", "logged_counts", "model_rollout",
-           "search"]
+__all__ = ["InputDrivenModel", "ModelESConfig", "cap_gate", "counts_ahead", "input_columns",
+           "logged_counts", "model_rollout", "search"]

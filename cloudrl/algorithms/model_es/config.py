@@ -54,6 +54,13 @@ class ModelESConfig:
     # never release more); releasing more fills the servers large latency-critical jobs
     # need, a placement effect the model's aggregate columns cannot show
     release_cap: bool = False
+    # with ``release_cap``, hold the cap only where the logs show latency-critical
+    # violations: above the threshold of the one observation column under which the most
+    # logged states fall while carrying at most this share of the LC violations logged in
+    # the ``cap_gate_horizon`` periods after them (``model_es.gate``); 0: the cap
+    # everywhere
+    cap_gate: float = 0.0
+    cap_gate_horizon: int = 4
     # model the logged placement state too (the most free cores on one server, the servers
     # with room for the largest job, the largest waiting LC job): columns the model steps
     # and its violation head reads, which the policy does not see
@@ -61,13 +68,18 @@ class ModelESConfig:
 
     def __post_init__(self) -> None:
         for name in ("members", "model_steps", "model_batch", "iterations", "pairs",
-                     "traces_per_iteration", "held_out", "eval_every", "logged_batch"):
+                     "traces_per_iteration", "held_out", "eval_every", "logged_batch",
+                     "cap_gate_horizon"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelESConfig.{name} must be an integer >= 1, got {v!r}")
         for name in ("sigma", "lr", "model_lr", "dual_lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ModelESConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.cap_gate < 1.0:
+            raise ValueError(f"ModelESConfig.cap_gate must be in [0, 1), got {self.cap_gate}")
+        if self.cap_gate > 0 and not self.release_cap:
+            raise ValueError("ModelESConfig.cap_gate needs release_cap (it gates the cap)")
         if not self.penalty >= 0:
             raise ValueError(f"ModelESConfig.penalty must be >= 0, got {self.penalty}")
         if not self.hiddens or any(h < 1 for h in self.hiddens):
