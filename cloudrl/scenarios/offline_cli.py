@@ -67,7 +67,7 @@ def check_args(args: argparse.Namespace) -> str | None:
     if args.logged_states and args.unconstrained:
         return "--logged-states is a second constraint: it does not go with --unconstrained"
     if not 0.0 <= args.cap_gate < 1.0:
-        return f"--cap-gate must be a share in (0, 1), got {args.cap_gate}"
+        return f"--cap-gate must be a share in (0, 1), or 0 for no gate, got {args.cap_gate}"
     if args.cap_gate > 0 and args.learner != "model":
         return "--cap-gate gates the model search's release cap: it needs --learner model"
     if args.held_out < 1:
