@@ -106,6 +106,19 @@ def logged_arrays(episodes: list[Any], placement: bool = False) -> dict[str, Any
             "by_seed": by_seed, "days": {s: eps[0] for s, eps in sorted(by_seed.items())}}
 
 
+def logged_cap_gate(arrays: dict[str, Any], share: float, horizon: int = 4
+                    ) -> dict[str, Any] | None:
+    """The release cap's gate (:func:`cloudrl.algorithms.model_es.cap_gate`) over the
+    policy's observation columns of :func:`logged_arrays`, on the LC violations, with the
+    column's ``name``."""
+    gate = cap_gate(arrays["obs"][:, :len(OBS_NAMES)],
+                    arrays["violations"][:, CLASSES.index("lc")], arrays["episodes"],
+                    share, horizon)
+    if gate is not None:
+        gate["name"] = OBS_NAMES[gate["column"]]
+    return gate
+
+
 def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
                       budgets: dict[str, float], m: ModelESConfig,
                       student: StudentSettings, log: Any = print
@@ -153,9 +166,7 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
         module, spec = load_checkpoint(start)
         gate = None
         if m.cap_gate > 0:
-            gate = cap_gate(arrays["obs"][:, :len(OBS_NAMES)],
-                            arrays["violations"][:, CLASSES.index("lc")], arrays["episodes"],
-                            m.cap_gate, m.cap_gate_horizon)
+            gate = logged_cap_gate(arrays, m.cap_gate, m.cap_gate_horizon)
             log("model: release cap gate: " + (
                 "no observation column frees any logged state; the cap holds everywhere"
                 if gate is None else
@@ -163,8 +174,6 @@ def train_model_agent(cfg: ScenarioConfig, data: str | Path, out: str | Path,
                 f"below it lie {100 * gate['free_share']:.1f}% of the logged states, "
                 f"carrying {100 * gate['violation_share']:.1f}% of the LC violations "
                 f"logged in the {m.cap_gate_horizon} periods after them"))
-            if gate is not None:
-                gate["name"] = OBS_NAMES[gate["column"]]
         if m.release_cap:  # the clone stays as the anchor whose release level caps it
             capped = build_module(tuple(spec["model_config"]["hiddens"]), release_cap=True,
                                   cap_gate=gate)

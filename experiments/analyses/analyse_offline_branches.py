@@ -77,17 +77,10 @@ class Composed:
 
 def logged_gate(data: Path, share: float) -> dict[str, Any] | None:
     """The release cap's gate found in the logged episodes under ``data``."""
-    from cloudrl.algorithms.model_es import cap_gate
     from cloudrl.data.offline import read_dataset
-    from cloudrl.scenarios.offline_model import CLASSES, logged_arrays
-    from envs.scenario.env import OBS_NAMES
+    from cloudrl.scenarios.offline_model import logged_arrays, logged_cap_gate
 
-    arrays = logged_arrays(read_dataset(data))
-    gate = cap_gate(arrays["obs"][:, :len(OBS_NAMES)],
-                    arrays["violations"][:, CLASSES.index("lc")], arrays["episodes"], share)
-    if gate is not None:
-        gate["name"] = OBS_NAMES[gate["column"]]
-    return gate
+    return logged_cap_gate(logged_arrays(read_dataset(data)), share)
 
 
 def analyse(run: Path, n_seeds: int, lc_budget: float,
