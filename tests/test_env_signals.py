@@ -1,9 +1,9 @@
 """Exogenous signals (price, carbon, solar, forecasts) in the cluster envs, single and batched.
 
 * Without signals (the default, ``signals=None``) the envs are what they were: the batched
-  env's digests below were recorded with the code before signals existed (the single
-  env's are pinned in ``tests/test_envs_golden.py``), and an explicit ``None`` equals an
-  absent field.
+  env's runs are compared (to a stated tolerance, ``tests/recorded.py``) with those recorded
+  by the code before signals existed (the single env's in ``tests/test_envs_golden.py``),
+  and an explicit ``None`` equals an absent field.
 * With signals the macro row grows by the documented columns, the info carries the step's
   ``energy_usd`` / ``carbon_kg`` (the integral of kWh x price and kWh x carbon), the reward
   the weighted dollar term, and the batched env matches ``SyncVectorEnv`` of the single env
@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import warnings
@@ -40,6 +39,7 @@ from envs.observation import (
 from envs.signals import SignalConfig, forecast, make_signals
 from envs.snapshot import ClusterSnapshot
 from envs.vector_env import ClusterBranchingVectorEnv, ClusterSchedulingVectorEnv
+from tests.recorded import Trace, assert_matches
 
 ENVS = [ClusterSchedulingEnv, ClusterBranchingEnv]
 SMALL = {"n_servers": 8, "sim": {"episode_length": 40}}
@@ -53,22 +53,21 @@ def _act(env, rng: np.random.Generator):
 
 
 # ------------------------------------------------------------------ old configs unchanged
-def vector_digest(cls, cfg, n_envs=3, steps=100, seed=5) -> str:
-    """sha256 over a seeded batched run (random actions, some masked; autoresets)."""
-    h = hashlib.sha256()
+def vector_trace(cls, cfg, n_envs=3, steps=100, seed=5) -> Trace:
+    """A seeded batched run (random actions, some masked; autoresets) as a :class:`Trace`."""
+    tr = Trace()
     vec = cls(n_envs, cfg)
     rng = np.random.default_rng(2)
     obs, info = vec.reset(seed=seed)
 
     def add_info(info):
         for key in sorted(info):
-            h.update(key.encode())
-            h.update(np.asarray(info[key]).tobytes())
+            tr.add(f"info.{key}", np.asarray(info[key]))
 
     add_info(info)
     for _ in range(steps):
         for key in sorted(obs):
-            h.update(obs[key].tobytes())
+            tr.add(key, obs[key])
         mask = obs["action_mask"] > 0
         if cls is ClusterSchedulingVectorEnv:
             acts = np.array([int(rng.integers(len(m))) if rng.random() < 0.1
@@ -80,11 +79,11 @@ def vector_digest(cls, cfg, n_envs=3, steps=100, seed=5) -> str:
                               else int(rng.integers(s)) for o, s in zip(offs, sizes, strict=True)]
                              for m in mask], dtype=np.int64)
         obs, rew, term, trunc, info = vec.step(acts)
-        h.update(rew.tobytes())
-        h.update(term.tobytes())
-        h.update(trunc.tobytes())
+        tr.add("reward", rew)
+        tr.add("terminated", term)
+        tr.add("truncated", trunc)
         add_info(info)
-    return h.hexdigest()
+    return tr
 
 
 OLD_CASES = (
@@ -92,27 +91,24 @@ OLD_CASES = (
     {"n_servers": 9, "workload": "google_v2_like",
      "sim": {"episode_length": 30, "wake_delay": 0, "queue_window": 4, "diurnal_period": 97}},
 )
-# recorded with the batched env before signals were added (commit 6b1fc4f)
-OLD_DIGESTS = {
-    (ClusterSchedulingVectorEnv, 0):
-        "1d933e402d8403818d47331ada20a03f28472cbe550978d220beabaf0a293aef",
-    (ClusterSchedulingVectorEnv, 1):
-        "b515e61d81b263a38532ab201d047b8c868eef4f677466ca6ad90aa3afa7ace3",
-    (ClusterBranchingVectorEnv, 0):
-        "91fdadc3dbfe4d1a9303e77585846eeef9b57950328c7b8f73e89c72c390f817",
-    (ClusterBranchingVectorEnv, 1):
-        "bb038d09bbe3aaac14bd5225ba51cd4ee9941a67720f6bfd7473930751c2bdee",
-}
+# recorded (tests/fixtures/recorded/batched_episodes.npz) with the code whose sha256 digests
+# matched those taken with the batched env before signals were added (commit 6b1fc4f)
+OLD_KEYS = [(ClusterSchedulingVectorEnv, 0), (ClusterSchedulingVectorEnv, 1),
+            (ClusterBranchingVectorEnv, 0), (ClusterBranchingVectorEnv, 1)]
 
 
-@pytest.mark.parametrize(("cls", "case"), list(OLD_DIGESTS),
+def old_case_key(cls, case) -> str:
+    return f"{cls.__name__}-{case}"
+
+
+@pytest.mark.parametrize(("cls", "case"), OLD_KEYS,
                          ids=lambda v: getattr(v, "__name__", v))
 @pytest.mark.parametrize("explicit_none", [False, True])
 def test_configs_without_signals_give_the_recorded_batched_episodes(cls, case, explicit_none):
     cfg = dict(OLD_CASES[case])
     if explicit_none:
         cfg["signals"] = None
-    assert vector_digest(cls, cfg) == OLD_DIGESTS[(cls, case)]
+    assert_matches(vector_trace(cls, cfg), "batched_episodes", old_case_key(cls, case))
 
 
 @pytest.mark.parametrize("env_cls", ENVS)
@@ -383,73 +379,82 @@ def test_signal_config_round_trips_through_a_json_dump():
 
 
 # ------------------------------------------------------------------ cheaper make_signals
-# sha256 (first 16 hex digits) of make_signals' outputs (price, carbon, solar, start, meta)
-# over SIGNAL_SEEDS, per case, and of the env's episode tables: recorded with the code
-# before make_signals was made cheaper (clock arrays kept, AR filters and the calendar
-# compiled, the price's spike windows found by bisection), which must give the same bits.
+# make_signals' outputs (price, carbon, solar, start, meta) over SIGNAL_SEEDS, per case, and
+# the env's episode tables and forecasts: recorded (tests/fixtures/recorded/signals.npz, to
+# RTOL of tests/recorded.py) with the code whose sha256 digests matched those taken before
+# make_signals was made cheaper (clock arrays kept, AR filters and the calendar compiled,
+# the price's spike windows found by bisection).
 SIGNAL_SEEDS = [0, 1, 7, 123456789, 2**63 + 5, -3]
-SIGNAL_CASES = [  # (SignalConfig fields, tick seconds, ticks, digest)
-    ({}, 300.0, 201, "3abdd21b43fa2531"),
-    ({}, 60.0, 1500, "86911cef5022840d"),
-    ({}, 3600.0, 100, "963bb15d2dd60c80"),
-    ({}, 90000.0, 12, "e3c6bde149c930fe"),
-    ({}, 7.5, 3, "e45030cd0f577f85"),
-    ({"solar_kwp": 2.0, "solar_source": "synthetic"}, 60.0, 1441, "a2f9411a2db60064"),
-    ({"solar_kwp": 5.0, "solar_source": "synthetic", "start_date": "2021-02-27"}, 900.0, 800,
-     "49181247f8bb0900"),
+SIGNAL_CASES = [  # (SignalConfig fields, tick seconds, ticks)
+    ({}, 300.0, 201),
+    ({}, 60.0, 1500),
+    ({}, 3600.0, 100),
+    ({}, 90000.0, 12),
+    ({}, 7.5, 3),
+    ({"solar_kwp": 2.0, "solar_source": "synthetic"}, 60.0, 1441),
+    ({"solar_kwp": 5.0, "solar_source": "synthetic", "start_date": "2021-02-27"}, 900.0, 800),
     ({"start_date": "2024-12-30", "price_spikes_per_day": 3.0, "price_negative_per_day": 2.0},
-     600.0, 2000, "40a3cdff74cca782"),
+     600.0, 2000),
     ({"price_carbon_correlation": -1.0, "price_noise_sd": 0.0,
-      "carbon_slow_sd_g_per_kwh": 0.0}, 120.0, 500, "aca76cd4cb1eeb68"),
+      "carbon_slow_sd_g_per_kwh": 0.0}, 120.0, 500),
     ({"price_daily_amplitude": 3.0, "carbon_daily_amplitude": 5.0, "price_spikes_per_day": 5.0,
-      "price_negative_per_day": 5.0, "carbon_floor_g_per_kwh": 400.0}, 300.0, 3000,
-     "04916c8ea287dcd2"),
-    ({"source": "de_carbon_2020"}, 300.0, 600, "097c8dbb9e33fa6f"),
-    ({"source": "de_carbon_2020", "solar_kwp": 1.0, "solar_source": "synthetic"}, 3600.0, 200,
-     "f52ecad108be8e72"),
-    ({"solar_kwp": 3.0, "solar_source": "pvlib"}, 600.0, 400, "f21a5b01003caf84"),
+      "price_negative_per_day": 5.0, "carbon_floor_g_per_kwh": 400.0}, 300.0, 3000),
+    ({"source": "de_carbon_2020"}, 300.0, 600),
+    ({"source": "de_carbon_2020", "solar_kwp": 1.0, "solar_source": "synthetic"}, 3600.0, 200),
+    ({"solar_kwp": 3.0, "solar_source": "pvlib"}, 600.0, 400),
 ]
 
 
-@pytest.mark.parametrize(("fields", "tick", "n", "digest"), SIGNAL_CASES,
-                         ids=[str(i) for i in range(len(SIGNAL_CASES))])
-def test_make_signals_gives_the_recorded_series(fields, tick, n, digest):
-    if fields.get("solar_source") == "pvlib":
-        pytest.importorskip("pvlib")
+def signals_trace(fields, tick, n) -> Trace:
+    """make_signals over SIGNAL_SEEDS for one case, as a :class:`Trace`."""
     cfg = SignalConfig(**fields)
-    h = hashlib.sha256()
+    tr = Trace()
     for seed in SIGNAL_SEEDS:
         series = make_signals(cfg, n, tick, seed)
-        for a in (series.price_usd_per_mwh, series.carbon_g_per_kwh, series.solar_kw):
-            h.update(a.dtype.str.encode())
-            h.update(a.tobytes())
-        h.update(str(series.start).encode())
+        for name in ("price_usd_per_mwh", "carbon_g_per_kwh", "solar_kw"):
+            a = getattr(series, name)
+            tr.add(f"{name}.dtype", a.dtype.str)
+            tr.add(name, a)
+        tr.add("start", str(series.start))
         # the data file's folder depends on where the checkout is: its name is what counts
-        meta = {k: (Path(v).name if k == "path" else v) for k, v in series.meta.items()}
-        h.update(repr(sorted(meta.items())).encode())
-    assert h.hexdigest()[:16] == digest
+        for k, v in sorted(series.meta.items()):
+            tr.add(f"meta.{k}", Path(v).name if k == "path" else
+                   (float(v) if isinstance(v, float) else repr(v)))
+    return tr
 
 
-def test_episode_tables_and_forecasts_give_the_recorded_values():
+def episode_tables_trace() -> Trace:
+    """The env's episode tables, then Forecaster paths and forecasts, as a :class:`Trace`."""
     from envs.signals.forecast import Forecaster
 
-    h = hashlib.sha256()
+    tr = Trace()
     for fields in ({}, SOLAR):
         for seed in SIGNAL_SEEDS[:4]:
             sig = episode_signals(SignalConfig(**fields), 300, 60.0, seed, 5000.0)
-            for a in (sig.price, sig.carbon, sig.solar_j, sig.features):
-                h.update(a.tobytes())
-    assert h.hexdigest()[:16] == "c247c756d329e7fa"
-    h = hashlib.sha256()
-    for fields, tick, n, _ in SIGNAL_CASES[:3] + SIGNAL_CASES[5:6]:
+            for name in ("price", "carbon", "solar_j", "features"):
+                tr.add(name, getattr(sig, name))
+    for fields, tick, n in SIGNAL_CASES[:3] + SIGNAL_CASES[5:6]:
         for seed in SIGNAL_SEEDS[:3]:
             series = make_signals(SignalConfig(**fields), n, tick, seed)
-            h.update(Forecaster(series, seed).paths.tobytes())
+            tr.add("paths", Forecaster(series, seed).paths)
             for t in (0, 1, n // 2, n - 1):
                 for error in (0.0, 0.1, 0.7):
-                    for a in forecast(series, t, 50, error, seed):
-                        h.update(a.tobytes())
-    assert h.hexdigest()[:16] == "35e3714f30feaef3"
+                    for i, a in enumerate(forecast(series, t, 50, error, seed)):
+                        tr.add(f"forecast{i}", a)
+    return tr
+
+
+@pytest.mark.parametrize(("fields", "tick", "n"), SIGNAL_CASES,
+                         ids=[str(i) for i in range(len(SIGNAL_CASES))])
+def test_make_signals_gives_the_recorded_series(fields, tick, n):
+    if fields.get("solar_source") == "pvlib":
+        pytest.importorskip("pvlib")
+    case = SIGNAL_CASES.index((fields, tick, n))
+    assert_matches(signals_trace(fields, tick, n), "signals", f"case{case}")
+
+
+def test_episode_tables_and_forecasts_give_the_recorded_values():
+    assert_matches(episode_tables_trace(), "signals", "episode_tables")
 
 
 def test_compiled_calendar_and_ar_filter_match_numpy_and_scipy_bit_for_bit():

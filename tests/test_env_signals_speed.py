@@ -1,6 +1,6 @@
 """The compiled and re-seeded pieces that make an episode's signals cheaper give numpy's own
-values bit for bit (the recorded digests of ``tests/test_env_signals.py`` pin the whole
-outputs; these pin the pieces, on more inputs than the digests cover)."""
+values bit for bit (the recorded runs of ``tests/test_env_signals.py`` pin the whole
+outputs to a tolerance; these pin the pieces, on more inputs than the records cover)."""
 
 from __future__ import annotations
 
