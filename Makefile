@@ -26,7 +26,7 @@ STAMP := $(VENV)/.cloudrl-installed
 TEST_STAMP := $(VENV)/.cloudrl-test-installed
 TRAIN_STAMP := $(VENV)/.cloudrl-train-installed
 
-.PHONY: install demo test train-extras install-train browser docs docs-serve demo-docs lint \
+.PHONY: install install-test demo test train-extras install-train browser docs docs-serve demo-docs lint \
 	bench clean
 
 $(STAMP): pyproject.toml
@@ -45,6 +45,8 @@ $(TEST_STAMP): $(STAMP)
 	touch $(TRAIN_STAMP) $(TEST_STAMP)
 
 install: $(STAMP)
+
+install-test: $(TEST_STAMP)
 
 train-extras install-train: $(TRAIN_STAMP)
 
