@@ -23,8 +23,8 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.gated_env import resolve_controller
+from envs.scenario.base import ScenarioEnv
 from envs.scenario.control import PlanView
-from envs.scenario.env import ScenarioEnv
 from envs.scenario.sim import ScenarioSim
 
 GATED_SCENARIO_KEYS = ("controller", "controller_config")
