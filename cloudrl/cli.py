@@ -12,6 +12,7 @@ from typing import Any
 from cloudrl import serve_cli, signals_cli, trace_import
 from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
+from cloudrl.argparsing import CliParser
 from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.headline import cli as headline_cli
 from cloudrl.labelling import cli as label_cli
@@ -574,35 +575,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-class _HelpFormatter(argparse.HelpFormatter):
-    """Shows an option's default unless it is unset or its help already states it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
-                and "default" not in text):
-            text += " (default: %(default)s)"
-        return text
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (exit code 2) and defaults in --help."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
-        if kwargs.get("help") is None and kwargs.get("default") not in (None, False):
-            kwargs["help"] = "(default: %(default)s)"  # argparse shows nothing for no help
-        return super().add_argument(*args, **kwargs)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cloudrl", description="Evaluate, train, sweep and compare "
+    parser = CliParser(prog="cloudrl", description="Evaluate, train, sweep and compare "
                      "policies, import traces, serve decisions. Algorithms (train --algo, "
                      f"sweep --algos): {', '.join(ALGOS)}.")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -104,14 +104,24 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def cloudrl_imports(root: Path, package: str) -> list[str]:
-    """``file:line name`` of every import of ``cloudrl`` in ``root/package``."""
+def imports_of(root: Path, package: str, target: str) -> list[str]:
+    """``file:line name`` of every import of ``target`` in ``root/package`` (lazy too)."""
     bad = []
     for path in modules(root, package).values():
         for line, name in imported_names(root, path):
-            if name == "cloudrl" or name.startswith("cloudrl."):
+            if name == target or name.startswith(target + "."):
                 bad.append(f"{path.relative_to(root)}:{line} {name}")
     return bad
+
+
+def cloudrl_imports(root: Path, package: str) -> list[str]:
+    """``file:line name`` of every import of ``cloudrl`` in ``root/package``."""
+    return imports_of(root, package, "cloudrl")
+
+
+# the entry points that start the decision service: the only modules of cloudrl/ that may
+# import serve_apps/ (the service sits above the library; the library never reaches up)
+SERVICE_ENTRY_POINTS = ("cloudrl/serve_cli.py",)
 
 
 # Layers inside cloudrl/, bottom first: (layer, rooms, may its rooms import each other).
@@ -126,8 +136,8 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
     ("shared services", ("cloudrl", "protocol", "metrics", "tracking", "replay",
                          "config_loader", "ray_utils", "threads", "callbacks", "connectors",
                          "env_runners", "policy", "quiet", "demo_report", "trace_import",
-                         "signals"), True),
-    ("data", ("data",), False),
+                         "signals", "argparsing"), True),
+    ("data", ("data", "serving"), False),  # serving: the decision service's wire format
     ("operator feedback", ("feedback",), False),
     ("policies", ("heuristics", "mpc", "lower_bound"), False),
     ("algorithms", ("algorithms",), False),
@@ -183,6 +193,20 @@ def layer_violations(graph: dict[str, set[str]],
 def test_models_and_envs_import_nothing_from_cloudrl() -> None:
     assert cloudrl_imports(ROOT, "models") == []
     assert cloudrl_imports(ROOT, "envs") == []
+
+
+def test_envs_models_and_the_service_import_each_other_without_cycles() -> None:
+    for package in ("envs", "models", "serve_apps"):
+        assert cycles(import_graph(ROOT, package)) == [], package
+
+
+def test_the_library_never_imports_the_service() -> None:
+    """``serve_apps/`` imports ``cloudrl/``, never the reverse: the schemas and state the
+    library shares with the service live in ``cloudrl/`` (only the entry point that starts
+    the service imports it)."""
+    found = [hit for hit in imports_of(ROOT, "cloudrl", "serve_apps")
+             if not hit.startswith(SERVICE_ENTRY_POINTS)]
+    assert found == []
 
 
 def test_models_holds_rlmodules_and_encoders_only() -> None:
@@ -273,5 +297,16 @@ def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
     (app / "a.py").write_text("from .b import thing\n")
     (app / "b.py").write_text("from typing import TYPE_CHECKING\n"
                               "if TYPE_CHECKING:\n    from cloudrl.a import Other\n")
-    (app / "c.py").write_text("import cloudrl.a\n")
+    (app / "c.py").write_text("import cloudrl.a\n"
+                              "def serve():\n    from serve_apps.schemas import Request\n")
     assert cycles(import_graph(tmp_path, "cloudrl")) == [["cloudrl.a", "cloudrl.b"]]
+    assert imports_of(tmp_path, "cloudrl", "serve_apps") == [
+        "cloudrl/c.py:3 serve_apps.schemas.Request"]
+    envs = tmp_path / "envs" / "scenario"  # a lazy import that closes a cycle in envs/
+    envs.mkdir(parents=True)
+    for name in ("../__init__.py", "__init__.py"):
+        (envs / name).write_text("")
+    (envs / "env.py").write_text("def make():\n    from envs.scenario.gated import G\n")
+    (envs / "gated.py").write_text("from envs.scenario.env import make\n")
+    assert cycles(import_graph(tmp_path, "envs")) == [
+        ["envs.scenario.env", "envs.scenario.gated"]]

@@ -39,7 +39,6 @@ against the start's 49.3 kWh for $39.63, and its SLA cost is $4.70 against $6.70
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 SPIKE_FACTOR = 2.5  # a tick is in a price spike at >= 2.5x the scenario's mean price
 NEAR_HOURS = 2.0  # "before"/"after" a spike: within 2 h of a spike tick
@@ -459,7 +460,7 @@ def _reason(e: Exception, path: str = "") -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = CliParser(description=__doc__.split("\n")[0])
     p.add_argument("--scenario", default="scarcity_spikes")
     p.add_argument("--checkpoint", default=None,
                    help="the fine-tuned policy (played; default: checkpoints/SCENARIO)")

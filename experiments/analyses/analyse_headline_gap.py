@@ -68,11 +68,11 @@ tuned point -0.71 kWh (poisson) / -0.28 kWh (google_v2_like), an optimistic uppe
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 
+from cloudrl.argparsing import CliParser
 from cloudrl.lower_bound import J_PER_KWH, Envelope, episode_bound, min_power, offered_load
 from envs.sim import ACTIVE, WAKING
 
@@ -169,7 +169,7 @@ def analyse(workload: str, n_servers: int, seeds: list[int], params: dict) -> di
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = CliParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", default="poisson")
     p.add_argument("--n-servers", type=int, default=50)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])

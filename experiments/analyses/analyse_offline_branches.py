@@ -31,7 +31,6 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -39,6 +38,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from cloudrl.argparsing import CliParser
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -126,7 +127,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", required=True,
                    help="a model-search run directory (holding start/ and policy/)")
     p.add_argument("--n-seeds", type=int, default=40, help="validation seeds (1..50)")

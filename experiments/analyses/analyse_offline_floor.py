@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cloudrl.argparsing import CliParser
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -83,7 +85,7 @@ def analyse(workload: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["poisson", "google_v2_like"])
     parser.add_argument("--n-servers", type=int, default=50)
     parser.add_argument("--episode-length", type=int, default=1000)

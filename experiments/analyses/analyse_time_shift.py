@@ -26,11 +26,12 @@ goal's 30% for any policy that runs the work it is offered inside the episode.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -55,7 +56,7 @@ def offered_and_flat(workload: str, n_servers: int, n_seeds: int) -> tuple[np.nd
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=["poisson", "google_v2_like"])
     p.add_argument("--n-servers", type=int, default=50)
     p.add_argument("--n-seeds", type=int, default=50)

@@ -19,11 +19,11 @@ headroom.md holds the measured grid and the machine it ran on).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+from cloudrl.argparsing import CliParser
 from cloudrl.scenarios.headroom import format_rows, measure
 from envs.scenario.catalog import load_scenario
 
@@ -66,7 +66,7 @@ def designs(base: str) -> list[tuple[str, dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = CliParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="price_peak")
     ap.add_argument("--n-seeds", type=int, default=6)
     ap.add_argument("--tune-samples", type=int, default=6)

@@ -33,14 +33,15 @@ reward r(s): 300 labels -1482.5 +- 202.2, 1,000 labels -1629.9 +- 199.3.)
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+from cloudrl.argparsing import CliParser
+
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-servers", type=int, default=10)
     p.add_argument("--episode-length", type=int, default=200)
     p.add_argument("--demo-episodes", type=int, default=4, help="per heuristic")

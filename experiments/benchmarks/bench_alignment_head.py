@@ -106,6 +106,8 @@ from typing import Any
 
 import numpy as np
 
+from cloudrl.argparsing import CliParser
+
 STATS = ("sla_violations", "overload", "slowdown_spread", "energy_kwh")
 BOUNDS = STATS[:3]  # the teacher bounds the goal asks fewer violations of
 COLUMNS = ("return", *STATS)
@@ -117,7 +119,7 @@ DEMO_POLICIES = ("power_aware", "round_robin", "ffd", "sjf")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="results/bench_alignment_head")
     p.add_argument("--n-servers", type=int, default=15)
     p.add_argument("--env-steps", type=int, default=10_000)

@@ -77,6 +77,7 @@ from typing import Any
 
 import ray
 
+from cloudrl.argparsing import CliParser
 from cloudrl.evaluate import EvalConfig, evaluate, summary_rows
 from cloudrl.training import TrainConfig, build_algo_config, flat_metrics, write_meta
 
@@ -152,7 +153,7 @@ def train_and_evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-servers", type=int, default=15)
     parser.add_argument("--workload", default="poisson")
     parser.add_argument("--env-steps", type=int, default=30_000)

@@ -53,12 +53,12 @@ each sample); compare policies with ``cloudrl sweep`` + ``cloudrl compare``.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import ray
 
+from cloudrl.argparsing import CliParser
 from cloudrl.training import TrainConfig, build_algo_config, env_steps_of, flat_metrics
 
 
@@ -94,7 +94,7 @@ def bench(algo: str, runners: int, n_servers: int, env_steps: int, workload: str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-servers", type=int, default=15)
     parser.add_argument("--env-steps", type=int, default=20_000)
     parser.add_argument("--workload", default="poisson")

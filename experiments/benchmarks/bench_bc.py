@@ -45,11 +45,12 @@ the Ray Train worker start-up (~40 s here), not the epochs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
+
+from cloudrl.argparsing import CliParser
 
 HEURISTICS = ("power_aware", "sjf", "ffd", "round_robin")
 
@@ -73,7 +74,7 @@ def throughput(history: list[dict]) -> float:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="results/bench_bc")
     p.add_argument("--interfaces", default="flat,branching")
     p.add_argument("--policies", default=",".join(HEURISTICS))

@@ -37,7 +37,6 @@ floats plus four tree levels), noise included.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +52,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from cloudrl.algorithms.bdq import BDQConfig
 from cloudrl.algorithms.bdq.training_step import replay_batch
+from cloudrl.argparsing import CliParser
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from models.bdq import BDQTorchRLModule
@@ -124,7 +124,7 @@ def timed(step: Callable[[], None], seconds: float, device: str) -> tuple[int, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")

@@ -41,7 +41,6 @@ call), N=200 ~4-6x; batched at B=32 ~0.4x.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -50,6 +49,7 @@ import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 
 import envs  # noqa: F401  (registers the gymnasium ids)
+from cloudrl.argparsing import CliParser
 from envs import kernels
 from envs.cluster_env import ClusterBranchingEnv, ClusterSchedulingEnv
 from envs.vector_env import ClusterBranchingVectorEnv, ClusterSchedulingVectorEnv
@@ -287,7 +287,7 @@ def print_signal_table(n: int, batch: int, steps: int, repeats: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--sizes", type=int, nargs="+", default=[15, 50, 200])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 128])

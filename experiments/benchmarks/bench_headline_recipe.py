@@ -86,7 +86,6 @@ it00015 selected): test 121.22 vs 121.18 kWh, +0.04 [-0.27, +0.34] kWh, violatio
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -95,6 +94,7 @@ from typing import Any
 import numpy as np
 
 from cloudrl.algorithms.gated.controller import DEFAULT_PRESETS, PLACEMENT_PRESETS
+from cloudrl.argparsing import CliParser
 
 # Scratch random search (40 configs, train seeds 0, 5, ..., 45, N=50, branching, objective
 # mean episode reward); used when no --heuristic-params file is given.
@@ -172,7 +172,7 @@ def mean(eps: list[Any], metric: str) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = CliParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", default="poisson")
     p.add_argument("--n-servers", type=int, default=50)
     p.add_argument("--env-steps", type=int, default=30_000)

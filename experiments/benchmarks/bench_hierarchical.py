@@ -90,7 +90,6 @@ too).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -98,6 +97,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -152,7 +153,7 @@ def format_paired(rows: list[dict], reference: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-servers", type=int, default=50)
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--env-steps", type=int, default=20_000,

@@ -24,7 +24,6 @@ latency in ms and requests per second per endpoint.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -39,6 +38,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -197,7 +198,7 @@ def table(stats: Stats, wall: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = CliParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--operators", type=int, default=50)
     p.add_argument("--duration", type=float, default=300.0, help="seconds of load (300)")
     p.add_argument("--think", type=float, default=1.0, help="mean seconds per label (1.0)")

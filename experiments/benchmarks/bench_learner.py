@@ -61,7 +61,6 @@ were hit harder by the contention). Rerun both on an idle machine before quoting
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, TD_ERROR_KEY
 
+from cloudrl.argparsing import CliParser
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 
 ROWS = ("bdq", "bdq-reference", "dqn")
@@ -320,7 +320,7 @@ def format_results(results: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="512,4096", help="comma-separated batch sizes")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"subset of {','.join(ROWS)}")
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per row")

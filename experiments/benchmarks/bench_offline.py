@@ -142,6 +142,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cloudrl.argparsing import CliParser
 from cloudrl.data.offline import DatasetError, read_dataset
 from cloudrl.offline.config import OfflineConfig
 from cloudrl.offline.dataset import format_summary, record_dataset, subset_dataset, summarize
@@ -284,7 +285,7 @@ def renormalise(row: dict[str, Any], budget: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=["poisson"],
                    choices=("poisson", "google_v2_like"))
     p.add_argument("--n-servers", type=int, default=15)

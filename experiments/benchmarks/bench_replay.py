@@ -57,6 +57,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from cloudrl.argparsing import CliParser
 from cloudrl.replay import DeviceReplayBuffer, ReplayConfig
 
 OBS_SHAPES = {"macro": (23,), "servers": (50, 15), "jobs": (8, 7), "action_mask": (451,)}
@@ -156,7 +157,7 @@ def bench_rllib(args: argparse.Namespace, pool: dict[str, np.ndarray]) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = CliParser(description=__doc__.split("\n")[0])
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--add-batch", type=int, default=1000)

@@ -77,6 +77,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cloudrl.argparsing import CliParser
+
 HEURISTICS = ("power_aware", "sjf", "ffd", "round_robin")
 VAL_SEED_OFFSET = 40
 FRESH_SEED_OFFSET = 20
@@ -141,7 +143,7 @@ def run(data: Path, val: Path, args: argparse.Namespace, workers: int, epochs: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = CliParser(description=__doc__.split("\n")[0])
     parser.add_argument("--labels", default="100,300,1000,3000")
     parser.add_argument("--val-pairs", type=int, default=500)
     parser.add_argument("--fresh-pairs", type=int, default=500,

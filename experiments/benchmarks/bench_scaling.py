@@ -117,7 +117,6 @@ of today's faster actors; a shard stores ~135k env steps/s (4 shards: 128 runner
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -134,6 +133,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from cloudrl.algorithms.apex_bdq import ApexBDQConfig, ReplayShard
 from cloudrl.algorithms.apex_bdq.actor_side import NStepAssembler, as_numpy, initial_td_abs
 from cloudrl.algorithms.bdq.training_step import replay_batch
+from cloudrl.argparsing import CliParser
 from cloudrl.replay import ReplayConfig
 from cloudrl.training import TrainConfig, build_algo_config, env_steps_of
 from envs.cluster_env import ClusterBranchingEnv
@@ -370,7 +370,7 @@ def print_model(costs: dict[str, float], rate: float, measured_1: float | None) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-servers", type=int, default=15)
     parser.add_argument("--runners", nargs="+", type=int, default=[1, 2, 4])
     parser.add_argument("--kinds", nargs="+", default=["apex", "sync"],

@@ -17,10 +17,11 @@ the ratios are what to compare).
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 
 def base_tick_s(n_servers: int, ticks: int) -> float:
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from envs.scenario.control import run_episode
     from envs.scenario.sim import ScenarioSim
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = CliParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="price_peak")
     ap.add_argument("--episodes", type=int, default=1)
     args = ap.parse_args(argv)

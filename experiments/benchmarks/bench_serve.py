@@ -24,7 +24,6 @@ cores; full table in the README's "Decision service" section):
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import socket
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 
 def _free_port() -> int:
@@ -106,7 +107,7 @@ def _in_process(served, body: dict, batch: int, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="policy checkpoint (default heuristic:power_aware)")
     parser.add_argument("--n-servers", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")

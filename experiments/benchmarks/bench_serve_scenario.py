@@ -31,13 +31,14 @@ Results: docs/tasks/serving.md, "Serving a scenario".
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import socket
 import time
 
 import numpy as np
+
+from cloudrl.argparsing import CliParser
 
 
 def _port(lo: int = 18400, hi: int = 18500) -> int:
@@ -152,7 +153,7 @@ def _machine() -> str:
 def main(argv: list[str] | None = None) -> None:
     from pathlib import Path
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = CliParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="scarcity_spikes")
     ap.add_argument("--n", type=int, default=200, help="requests per controller")
     ap.add_argument("--seed", type=int, default=0)

@@ -38,6 +38,8 @@ import time
 
 import ray
 
+from cloudrl.argparsing import CliParser
+
 
 def _ppo_common(config, batch: int, runners: int, envs: int):
     return (
@@ -236,7 +238,7 @@ def child_sampling(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--runners", type=int, default=0)

@@ -35,17 +35,17 @@ training iteration, x = env steps).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+from cloudrl.argparsing import CliParser
 from cloudrl.compare import run_compare
 from cloudrl.config_loader import ConfigError, load_config
 from cloudrl.sweep import SweepConfig, run_sweep
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", help="sweep YAML, e.g. experiments/configs/sweep_small.yaml")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///$PWD/"
                                                "mlflow.db or $MLFLOW_TRACKING_URI)")

@@ -67,12 +67,14 @@ from typing import Any
 
 import numpy as np
 
+from cloudrl.argparsing import CliParser
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "soak-token-" + os.urandom(8).hex()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = CliParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=1800.0, help="seconds of traffic (1800)")
     p.add_argument("--warmup", type=float, help="seconds before cycle 1 (default 15%% of "
                    "--duration, at least 20)")

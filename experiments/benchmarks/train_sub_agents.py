@@ -22,12 +22,13 @@ supervisor switching between them can gain. The checkpoints go to
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from cloudrl.argparsing import CliParser
 
 NO_SLEEP = 100.0  # as cloudrl.algorithms.gated.controller.NO_SLEEP
 ALPHA, BETA = 5.0, 60.0  # envs.sim_config.SimConfig defaults
@@ -59,7 +60,7 @@ def train_command(name: str, workload: str, n_servers: int, env_steps: int, out:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = CliParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="poisson")
     p.add_argument("--n-servers", type=int, default=15)
     p.add_argument("--env-steps", type=int, default=6000, help="gated decisions per agent")
