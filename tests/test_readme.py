@@ -174,3 +174,57 @@ def test_the_docs_build_is_strict_and_not_quiet() -> None:
     assert "mktemp -d" in recipe  # the site goes to a temporary directory
     test = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n", 1)[0]
     assert "docs" in test.split()
+
+
+# --- the prose around the demo's block says what the block says ---------------------------
+
+def _demo_prose() -> tuple[str, str]:
+    """(the README's prose from "Quick start" to the tour, without the generated block,
+    code and link targets; the generated block)."""
+    from cloudrl.demo_report import BEGIN, END
+
+    text = README.read_text()
+    part = text[text.index("## Quick start"):text.index("## A tour of the tasks")]
+    block = part[part.index(BEGIN):part.index(END) + len(END)]
+    prose = part.replace(block, "")
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    prose = re.sub(r"\]\([^)]*\)", "]", prose)
+    return prose, block
+
+
+# measured once, not by the demo (the install), and the scenario's and policy's design
+INSTALL_FACTS = ("13 min 28 s", "load average 3 to 13", "2 CPU cores", "~10x price spikes",
+                 "every 5 ticks")
+
+
+def test_readme_prose_has_no_demo_numbers_of_its_own() -> None:
+    """Every number a reader meets around the demo's table is in the demo's own report
+    (the generated block), apart from the one measured install and two design facts."""
+    prose, block = _demo_prose()
+    for fact in INSTALL_FACTS:
+        prose = prose.replace(fact, "")
+    words = re.sub(r"(?<![\w.])(?:part|Part) [12]\b|\bN=\d+", "", prose)
+    numbers = set(re.findall(r"\d+(?:[.,]\d+)?", words))
+    assert numbers <= set(re.findall(r"\d+(?:[.,]\d+)?", block)), \
+        f"numbers in the README's prose that the demo's report does not print: " \
+        f"{sorted(numbers - set(re.findall(r'[0-9]+(?:[.,][0-9]+)?', block)))}"
+
+
+VERDICT = re.compile(r"\b(beats|ties|matches|does\s+not\s+beat|loses\s+to|is\s+not\s+"
+                     r"distinguishable\s+from)\s+the\s+(?:(?:tuned|forecast)\s+)*"
+                     r"(MPC|heuristic)\b")
+
+
+def _verdicts(text: str) -> list[tuple[str, str]]:
+    return [(" ".join(verb.split()), who) for verb, who in VERDICT.findall(text)]
+
+
+def test_readme_prose_agrees_with_the_demos_verdict() -> None:
+    """A sentence of the prose on how the learned policy fares against the MPC or the
+    heuristic uses the verb of the demo's own verdict under its table."""
+    prose, block = _demo_prose()
+    said = {who: verb for verb, who in _verdicts(block)}
+    assert set(said) == {"MPC", "heuristic"}, block
+    for verb, who in _verdicts(prose):
+        assert verb == said[who], f"README: '{verb} the {who}', the demo: '{said[who]}'"
