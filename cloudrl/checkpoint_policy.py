@@ -32,9 +32,15 @@ META_FILE = "cloudrl.json"
 
 
 def is_checkpoint(path: str | Path) -> bool:
-    p = Path(path)
-    return (p / META_FILE).is_file() and ((p / MODULE_SUBDIR).is_dir()
-                                          or (p / SUPERVISOR_SUBDIR).is_dir())
+    """True when ``path`` is a directory holding a cloudrl checkpoint (its ``cloudrl.json``
+    and the RLModule's directory). Any path the OS refuses to look at (a name too long, a
+    NUL byte, no permission) is not one: False, never an OSError or ValueError."""
+    try:
+        p = Path(path)
+        return (p / META_FILE).is_file() and ((p / MODULE_SUBDIR).is_dir()
+                                              or (p / SUPERVISOR_SUBDIR).is_dir())
+    except (OSError, ValueError):  # ENAMETOOLONG, EACCES, "embedded null byte"
+        return False
 
 
 def load_policy(path: str | Path, mode: str = "auto", sample_seed: int = 0) -> Any:

@@ -133,9 +133,9 @@ def export_jsonl(db: str | Path, out: str | Path) -> int:
 # ----------------------------------------------------------------------------- pair datasets
 # Operator pairs into the preference-pair dataset (cloudrl.data.pairs), the schema
 # teacher pairs use. Each inline trajectory step's ClusterState is loaded into the policy
-# env's own simulator (the decision service's path: serve_apps.state.to_snapshot, then
+# env's own simulator (the decision service's path: cloudrl.serving.state.to_snapshot, then
 # env.observe_snapshot; for an env with signals the state's ``signals`` give the signal
-# columns, serve_apps.state.signal_row and observe_with_signals, as ServedPolicy.observe
+# columns, cloudrl.serving.state.signal_row and observe_with_signals, as ServedPolicy.observe
 # does), so its observation is exactly what the env and the service build. A state whose
 # signals do not fit the env (missing for an env with signals, given to one without, a
 # forecast of another length) is a mismatch naming the field (``...state.signals...``).
@@ -189,21 +189,22 @@ def _trajectory_segment(traj: dict[str, Any], env: Any, segment_length: int, cut
     one its action was taken on, so step i+1's is the one it led to). A trajectory of more
     than T steps gives a window of T+1 consecutive states (the first or the last ones, by
     ``cut``), the actions of the first T; a shorter one is edge-padded (last state and
-    action repeated). ``layout`` is the env's ``serve_apps.state.signal_layout`` (None: the
+    action repeated). ``layout`` is the env's ``cloudrl.serving.state.signal_layout`` (None: the
     env has no signals)."""
     from pydantic import ValidationError
 
     from cloudrl.data.pairs import Segment
     from cloudrl.data.segments import overload_count, placement_slowdowns, spread
-    from serve_apps.schemas import Trajectory
-    from serve_apps.state import StateError, observe_with_signals, signal_row, to_snapshot
+    from cloudrl.serving.errors import field_errors
+    from cloudrl.serving.schemas import Trajectory
+    from cloudrl.serving.state import StateError, observe_with_signals, signal_row, to_snapshot
 
     try:
         steps = Trajectory.model_validate(traj).steps
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise _Mismatch(f"trajectory.{loc}: {err['msg']}") from None
+        err = field_errors(e.errors()[:1], traj)[0]  # the field as in the trajectory
+        where = "trajectory" if err["field"] == "body" else f"trajectory.{err['field']}"
+        raise _Mismatch(f"{where}: {err['message']}") from None
     if len(steps) < min_steps:
         raise _TooShort(f"{len(steps)} steps < min_steps {min_steps}")
     start = 0
@@ -257,7 +258,7 @@ def export_pairs(db: str | Path, out_dir: str | Path, *, env_config: Any = None,
     from cloudrl.data.pairs import pair_row, write_pairs
     from cloudrl.data.segments import DefaultStats
     from cloudrl.policy import make_env
-    from serve_apps.state import signal_layout
+    from cloudrl.serving.state import signal_layout
 
     if not Path(db).is_file():
         raise FileNotFoundError(f"feedback database {db} does not exist")

@@ -5,7 +5,7 @@ Endpoints (JSON):
   version, whether the model or the fallback answered, and the server-side latency.
   Requests from many callers are batched into one model forward (``@serve.batch``).
   A policy whose env has signals (``EnvConfig.signals``) requires the state's ``signals``
-  (price, carbon, solar now and their forecasts; ``serve_apps.schemas.Signals``), one
+  (price, carbon, solar now and their forecasts; ``cloudrl.serving.schemas.Signals``), one
   without refuses them (422 naming ``signals``).
 * ``GET /v1/policy``: versions, weights, breaker states and counters.
 * ``POST /v1/rollout`` (bearer token): start a canary (by hand, or with an ``auto`` plan that
@@ -26,11 +26,14 @@ Endpoints (JSON):
 * ``GET /healthz``: liveness.
 
 Run it with ``serve run serve_apps/config.yaml``, ``cloudrl serve --checkpoint PATH`` or
-``serve.run(build_app({...}))``. Bad input is answered 4xx naming the field (422 for
-validation, 413 for an oversized body, 401 without the token, 400 for a body that is not
-UTF-8 text or nests too deeply to parse, 405 for a method the path does not take) and
-nothing is stored. Every error body has one format:
-``{"error": "<one line>", "errors": [{"field": ..., "message": ...}, ...]}``.
+``serve.run(build_app({...}))``. Bad input is answered 4xx naming the field (400 for a
+body that cannot be parsed: not JSON, not UTF-8 text, or nested too deeply; 422 for JSON
+that fails validation; 413 for an oversized body, 401 without the token, 405 for a method
+the path does not take) and nothing is stored. Every error body has one format:
+``{"error": "<one line>", "errors": [{"field": ..., "message": ...}, ...]}``; a field is
+written as in the body (``servers[3].used_cpu_cores``) and no message shows Python
+internals (``cloudrl.serving.errors``). A canary whose model hangs is rolled back at its
+``canary_rollback_timeouts``-th timed-out decision (``serve_apps.rollout_controller``).
 The token is checked before the body is read (``serve_apps.http_guards``): without it, a
 protected endpoint answers 401 whatever the body. ``OPTIONS`` and 405 answers list every
 method a path takes in ``Allow``.
@@ -56,6 +59,17 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.feedback import FeedbackStore
+from cloudrl.serving.errors import clean_message, field_errors
+from cloudrl.serving.schemas import (
+    ClusterState,
+    DecideBatchRequest,
+    DecideBatchResponse,
+    DecideRequest,
+    DecideResponse,
+    FeedbackRequest,
+    RolloutRequest,
+)
+from cloudrl.serving.state import StateError
 from serve_apps.body_limit import BodyLimit
 from serve_apps.fleet_layout import fleet_layout, fleet_openapi
 from serve_apps.http_guards import AllowedMethods, BearerAuth
@@ -65,18 +79,8 @@ from serve_apps.rollout_controller import RolloutController, sla_risk
 from serve_apps.runtime import PolicySpecError
 from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
 from serve_apps.scenario_service import ScenarioService, scenario_openapi
-from serve_apps.schemas import (
-    ClusterState,
-    DecideBatchRequest,
-    DecideBatchResponse,
-    DecideRequest,
-    DecideResponse,
-    FeedbackRequest,
-    RolloutRequest,
-)
 from serve_apps.service_config import ServiceConfig
 from serve_apps.shield import Outcome, Shield
-from serve_apps.state import StateError
 
 api = FastAPI(title="cloudrl decision service", version="1")
 api.add_middleware(BodyLimit)  # innermost: the body is read only once the token passed
@@ -94,24 +98,28 @@ def protected_paths(cfg: ServiceConfig) -> dict[str, frozenset[str]]:
     return protected
 
 
-def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p != "body"]
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
-    return out or "body"
-
-
 @api.exception_handler(RequestValidationError)
 async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """400 for a body that is not JSON (``json_invalid``: where it stops parsing), else 422
+    naming each field; no message carries Python internals (``cloudrl.serving.errors``)."""
+    raw = list(exc.errors())
+    unparsable = [e for e in raw if e.get("type") == "json_invalid"]
+    if unparsable:  # loc is ("body", character position)
+        loc = tuple(unparsable[0].get("loc", ()))
+        where = f" at character {loc[-1]}" if len(loc) > 1 else ""
+        message = f"the body is not valid JSON ({clean_message(unparsable[0].get('msg', ''))}" \
+                  f"{where})"
+        return JSONResponse({"error": message, "errors": [{"field": "body",
+                                                           "message": message}]},
+                            status_code=400)
+    body = getattr(exc, "body", None)
     errors = []
-    for e in exc.errors():
+    for e in raw:
         loc = tuple(e.get("loc", ()))
-        if e.get("type") == "json_invalid":  # loc is ("body", character position)
-            errors.append({"field": "body", "message": f"{e.get('msg', 'invalid JSON')} at "
-                                                       f"character {loc[-1] if loc else '?'}"})
-        else:
-            errors.append({"field": _field(loc), "message": e.get("msg", "")})
+        if loc[:1] == ("body",):
+            errors += field_errors([e], body, prefix=("body",))
+        else:  # a query or path parameter: "query.limit"
+            errors += field_errors([e])
     summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
     return JSONResponse({"error": f"invalid request: {summary}", "errors": errors},
                         status_code=422)
@@ -148,8 +156,9 @@ async def _state_error(_: Request, exc: StateError) -> JSONResponse:
 
 @api.exception_handler(PolicySpecError)
 async def _spec_error(_: Request, exc: PolicySpecError) -> JSONResponse:
-    return JSONResponse({"error": str(exc), "errors": [{"field": "policy",
-                                                        "message": str(exc)}]},
+    message = clean_message(str(exc))  # a loader's error may quote an object's repr
+    return JSONResponse({"error": message, "errors": [{"field": "policy",
+                                                       "message": message}]},
                         status_code=422)
 
 
@@ -179,7 +188,7 @@ class DecisionService:
         self._batched.set_max_batch_size(cfg.max_batch_size)
         self._batched.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)
         self.metrics = ServiceMetrics()
-        self.controller = RolloutController(self.rollout)
+        self.controller = RolloutController(self.rollout, cfg.canary_rollback_timeouts)
         self._canary_seen: tuple[str | None, float] = (None, 0.0)
         self.scenario = ScenarioService(cfg.scenario) if cfg.scenario else None
         self._sync()

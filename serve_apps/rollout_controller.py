@@ -1,6 +1,6 @@
 """Automatic canary decisions: watch the canary's live signals, promote or roll back.
 
-A canary started with an ``auto`` plan (``serve_apps.schemas.AutoPlan``) is watched
+A canary started with an ``auto`` plan (``cloudrl.serving.schemas.AutoPlan``) is watched
 decision by decision (:meth:`RolloutController.observe`, called for every answered state):
 
 * **roll back at once** when the canary's circuit breaker opens, when it proposes more
@@ -9,6 +9,14 @@ decision by decision (:meth:`RolloutController.observe`, called for every answer
   rate, latency p95 or predicted SLA risk (its mean minus the stable version's) crosses
   its threshold;
 * **promote** after ``promote_after`` canary decisions with no signal over its threshold.
+
+Whatever the plan, and for a canary started by hand too, a canary whose model **hangs** is
+rolled back at its ``max_timeouts``-th decision that timed out (``ServiceConfig.
+canary_rollback_timeouts``, default 3; 0: never). Each such decision was answered by the
+fallback; without this, a manual canary whose model stopped answering would keep its
+traffic share on the fallback for good (its breaker opens, half-opens, times out again).
+While the breaker is open the model is not asked, so no timeouts are counted: a limit
+above ``failure_threshold`` is reached one timeout per ``cooldown_s``.
 
 Signals, per version, counted from the canary's start: decisions; fallbacks (any reason,
 ``breaker_open`` included); shield interventions (the model answered or failed and the
@@ -35,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from cloudrl.serving.schemas import AutoPlan
 from serve_apps.rollout import Rollout
 from serve_apps.runtime import PolicySpecError
-from serve_apps.schemas import AutoPlan
 from serve_apps.shield import Outcome, Shield
 
 LATENCY_WINDOW = 1000
@@ -96,8 +104,9 @@ class VersionSignals:
 class RolloutController:
     """The automatic decision over one replica's rollout (see the module docstring)."""
 
-    def __init__(self, rollout: Rollout) -> None:
+    def __init__(self, rollout: Rollout, max_timeouts: int = 3) -> None:
         self.rollout = rollout
+        self.max_timeouts = max_timeouts  # the canary's Nth timed-out decision rolls it back
         self._watched: str | None = None  # canary version the signals belong to
         self._breaker_base = 0
         self.signals: dict[str, VersionSignals] = {}
@@ -126,7 +135,14 @@ class RolloutController:
         """Count one answered state of ``shield``'s version; returns ``"promoted"`` or
         ``"rolled_back"`` when this decision settled the canary, else None."""
         canary = self._follow()
-        if canary is None or self.rollout.auto is None:
+        if canary is None:
+            return None
+        if shield is canary and outcome.reason == "timeout":
+            reason = self.timeout_reason(canary)
+            if reason is not None:
+                self.rollout.rollback(f"automatic: {reason}")
+                return "rolled_back"
+        if self.rollout.auto is None:
             return None
         version = shield.policy.version
         self.signals.setdefault(version, VersionSignals()).add(outcome, latency_ms, risk)
@@ -151,6 +167,14 @@ class RolloutController:
                                  f"its threshold ({_summary(mine)})")
             return "promoted"
         return None
+
+    def timeout_reason(self, canary: Shield) -> str | None:
+        """Why a hanging canary must go now (``max_timeouts`` reached), or None."""
+        timeouts = int(canary.counters["fallback_timeout"])
+        if self.max_timeouts < 1 or timeouts < self.max_timeouts:
+            return None
+        return (f"{timeouts} decisions timed out (no answer from the model within "
+                f"{canary.timeout_s:g} s; canary_rollback_timeouts {self.max_timeouts})")
 
     def rollback_reason(self, canary: Shield, plan: AutoPlan) -> str | None:
         """Why the canary must go now, or None."""

@@ -39,17 +39,17 @@ from cloudrl.checkpoint_policy import (
 )
 from cloudrl.heuristics import make_heuristic
 from cloudrl.policy import Interface
-from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSchedulingEnv
-from envs.env_config import EnvConfig
-from envs.observation import J, S
-from serve_apps.schemas import ClusterState, Decision, Placement, PowerCommand
-from serve_apps.state import (
+from cloudrl.serving.schemas import ClusterState, Decision, Placement, PowerCommand
+from cloudrl.serving.state import (
     StateError,
     observe_with_signals,
     signal_layout,
     signal_row,
     to_snapshot,
 )
+from envs.cluster_env import SLEEP_ONE, WAKE_ONE, ClusterBranchingEnv, ClusterSchedulingEnv
+from envs.env_config import EnvConfig
+from envs.observation import J, S
 
 
 class NonFiniteOutput(RuntimeError):
@@ -196,6 +196,20 @@ def _registry_path(spec: str) -> str:
                               f"{e})") from None
 
 
+def _exists(path: str) -> bool:
+    """``Path.exists`` that says False for a path the OS refuses to look at (a name too
+    long, a NUL byte) instead of raising."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _short(spec: str, limit: int = 120) -> str:
+    """``spec`` cut to ``limit`` characters for an error line."""
+    return spec if len(spec) <= limit else f"{spec[:limit]}... ({len(spec)} characters)"
+
+
 class ServedPolicy:
     """One policy version: spec, model, env and decision formatting."""
 
@@ -209,10 +223,11 @@ class ServedPolicy:
             self.model = _python_model(spec.split(":", 1)[1], env_config, interface)
         elif is_checkpoint(self.path):
             self.model, env_config, interface = _checkpoint_model(self.path)
-        elif Path(self.path).exists():
-            raise PolicySpecError(f"{spec} is not a cloudrl checkpoint (no cloudrl.json)")
+        elif _exists(self.path):
+            raise PolicySpecError(f"{_short(spec)} is not a cloudrl checkpoint (no "
+                                  "cloudrl.json)")
         else:
-            raise PolicySpecError(f"policy {spec!r}: not a checkpoint directory, "
+            raise PolicySpecError(f"policy {_short(spec)!r}: not a checkpoint directory, "
                                   "models:/NAME@ALIAS, heuristic:NAME or "
                                   "python:MODULE:FACTORY")
         self.interface: Interface = interface
@@ -264,7 +279,7 @@ class ServedPolicy:
 
         A state that passed validation but still gives a non-finite observation is the
         caller's (422), so it never reaches the model or counts on its breaker. A policy
-        with signals observes the request's ``signals`` (``serve_apps.state.signal_row``)."""
+        with signals observes the request's ``signals`` (``cloudrl.serving.state.signal_row``)."""
         snapshot = to_snapshot(state, self.fleet, self.env_config.sim)
         row = signal_row(state.signals, self.signals, snapshot.tick)
         try:

@@ -26,7 +26,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from serve_apps.schemas import _integral
+from cloudrl.serving.schemas import _integral
 
 MAX_PRICE = 20_000.0  # $/MWh; the highest wholesale caps are ~5,000-15,000 $/MWh
 MAX_CARBON = 5_000.0  # gCO2/kWh; coal plants emit ~1,000

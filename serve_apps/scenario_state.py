@@ -5,7 +5,7 @@
 period; one length for the pool's arrays; fleet cores by
 state summing to the scenario's fleet, per-class cores within the fleet) and builds the
 ``PlanView`` the controllers read; a state that does not fit is a
-:class:`serve_apps.state.StateError` naming the field (the service answers 422).
+:class:`cloudrl.serving.state.StateError` naming the field (the service answers 422).
 :func:`observed_view_of` adds what the learned policy's observation reads beyond the view
 (the hour of the week, the fleet by power state): an
 :class:`cloudrl.algorithms.distill.policy.ObservedView`.
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from cloudrl.serving.state import StateError
 from envs.scenario.control import PlanView, plan_view
 from envs.scenario.sim import ACTIVE, BOOTING, OFF, RESUMING, SUSPENDED, ScenarioSim
 from serve_apps.scenario_schemas import ScenarioState
-from serve_apps.state import StateError
 
 
 def view_of(state: ScenarioState, sim: ScenarioSim) -> PlanView:

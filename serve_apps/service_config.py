@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cloudrl.policy import Interface
+from cloudrl.serving.schemas import MAX_POLICY_SPEC
 from envs.env_config import EnvConfig
 from serve_apps.scenario_config import ScenarioServing
 
@@ -25,9 +26,11 @@ TOKEN_ENV = "CLOUDRL_SERVE_TOKEN"
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    policy: str = Field(default="heuristic:power_aware",
+    policy: str = Field(default="heuristic:power_aware", min_length=1,
+                        max_length=MAX_POLICY_SPEC,
                         description="checkpoint dir, heuristic:NAME or python:MODULE:FACTORY")
-    canary: str | None = Field(default=None, description="optional second version at start")
+    canary: str | None = Field(default=None, min_length=1, max_length=MAX_POLICY_SPEC,
+                               description="optional second version at start")
     canary_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     env: EnvConfig = Field(default_factory=EnvConfig,
                            description="fleet and sim of heuristic/python policies "
@@ -43,6 +46,10 @@ class ServiceConfig(BaseModel):
                                         "is whatever queued while the previous one ran")
     model_timeout_s: float = Field(default=1.0, gt=0, le=600.0)
     failure_threshold: int = Field(default=3, ge=1, le=1_000_000)
+    canary_rollback_timeouts: int = Field(default=3, ge=0, le=1_000_000, description="a "
+                                          "canary is rolled back at its Nth decision that "
+                                          "timed out (model_timeout_s), with or without an "
+                                          "automatic plan; 0: never")
     cooldown_s: float = Field(default=5.0, ge=0, le=86_400.0)
     routing_seed: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
     num_replicas: int = Field(default=1, ge=1, le=1024)

@@ -10,12 +10,14 @@ deployed ones.
 from __future__ import annotations
 
 import json
+import re
 import time
 import types
 from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 TOKEN = "bad-input-token-0001"
 N_SERVERS = 12
@@ -332,3 +334,176 @@ def test_decide_behind_a_token_is_401_before_its_body_is_read(client):
     finally:
         BearerAuth.configure(*saved)
     assert client.post("/v1/decide", json=body).status_code == 200
+
+
+# ------------------------------------------------------------ 400 unparseable, 422 invalid
+AUTH_JSON = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+BODY_ENDPOINTS = ["/v1/decide", "/v1/decide/batch", "/v1/rollout", "/v1/feedback",
+                  "/v1/scenario/decide"]
+NOT_JSON = [b'{"tick": 7, "servers": [', b'{"states": [],}', b"{'action': 'pause'}", b"nul",
+            b'{"pairs": []} {"pairs": []}', b"[3, 4", b'{"tick": 01}']
+JSON_BUT_INVALID = [b'{"nothing_we_know": 2}', b"[]", b'"a string"', b"42", b"null"]
+
+
+@pytest.mark.parametrize("path", BODY_ENDPOINTS)
+def test_a_body_that_is_not_json_is_400_and_json_that_fails_validation_is_422(client, path):
+    """The documented split, on every endpoint that takes a body: 400 when the body cannot
+    be parsed (where the parser stopped), 422 when parsed JSON fails validation."""
+    for raw in NOT_JSON:
+        response = client.post(path, content=raw, headers=AUTH_JSON)
+        assert response.status_code == 400, (raw, response.text)
+        out = response.json()
+        assert set(out) == {"error", "errors"} and out["errors"][0]["field"] == "body"
+        assert "not valid JSON" in out["error"] and "at character" in out["error"], out
+    for raw in JSON_BUT_INVALID:
+        response = client.post(path, content=raw, headers=AUTH_JSON)
+        assert response.status_code == 422, (raw, response.text)
+        out = response.json()
+        assert out["error"].startswith("invalid request: ") and out["errors"][0]["field"]
+
+
+# ------------------------------------------------------------ no validator internals
+FORBIDDEN = ("<function", "functools", " at 0x", "function-after", "function-before")
+FIELD = re.compile(r"(body|[A-Za-z_]\w*)(\[\d+\]|\.[A-Za-z_]\w*)*")
+
+
+def _assert_clean(response) -> None:
+    """A 4xx in the service's format whose fields are places in the body and whose text
+    shows no Python internals."""
+    assert 400 <= response.status_code < 500, response.text
+    for needle in FORBIDDEN:
+        assert needle not in response.text, response.text
+    out = response.json()
+    assert set(out) == {"error", "errors"} and out["errors"], out
+    for error in out["errors"]:
+        assert FIELD.fullmatch(error["field"]), error
+        assert error["message"], error
+
+
+def _feedback_body(state: dict) -> dict:
+    steps = [{"state": state, "action": 4}, {"state": state, "action": [1, 0, 2], "reward": -2.5}]
+    return {"pairs": [{"a": {"trajectory": {"steps": steps}}, "b": {"trajectory_id": "t-9"},
+                       "preferred": "b", "operator": "ops-2"}]}
+
+
+@pytest.mark.parametrize(("action", "message"), [
+    (-3, "greater than or equal to 0"), (2**33, "less than or equal to 2147483647"),
+    ([5, "x"], "valid integer"), ("6", "valid integer"), ({"slot": 1}, "valid integer")])
+def test_a_bad_trajectory_action_names_the_field_without_validator_internals(
+        client, action, message):
+    """The union ``action`` (an index or a list of them): pydantic's loc names the union
+    members by their validators' reprs; the answer names only the field."""
+    state = {k: v for k, v in _decide_body(client).items() if k != "routing_key"}
+    body = _feedback_body(state)
+    body["pairs"][0]["a"]["trajectory"]["steps"][1]["action"] = action
+    response = client.post("/v1/feedback", json=body, headers=AUTH_JSON)
+    assert response.status_code == 422
+    _assert_clean(response)
+    fields = {e["field"].split("[1].action", 1)[0] + "[1].action"
+              for e in response.json()["errors"]}
+    assert fields == {"pairs[0].a.trajectory.steps[1].action"}, response.text
+    assert message in response.json()["error"]
+
+
+def _places(node, prefix: tuple = ()):
+    """Every place in a JSON body (its root, each key, each index), as a path."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _places(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _places(value, (*prefix, i))
+
+
+def _replaced(body, path: tuple, value):
+    if not path:
+        return value
+    out = json.loads(json.dumps(body))
+    node = out
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return out
+
+
+BAD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),
+    st.lists(st.one_of(st.integers(-9, 2**40), st.text(max_size=3), st.none()), max_size=3),
+    st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), st.integers(-5, 5),
+                    max_size=2))
+
+
+@pytest.fixture(scope="module")
+def valid_bodies(client) -> dict[str, dict]:
+    decide = _decide_body(client)
+    state = {k: v for k, v in decide.items() if k != "routing_key"}
+    return {"/v1/decide": decide, "/v1/decide/batch": {"states": [decide, decide]},
+            "/v1/feedback": _feedback_body(state),
+            # an unknown policy: no mutation can start a canary and change the state
+            "/v1/rollout": {"action": "canary", "policy": "heuristic:no_such_one",
+                            "weight": 0.2, "auto": {"promote_after": 40, "min_decisions": 5,
+                                                    "max_sla_risk_excess": 0.3}}}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_no_error_body_shows_validator_internals(client, valid_bodies, data):
+    """Any one place of a valid body of any endpoint set to a bad value (a wrong type, a
+    number out of range, a list or object where a scalar goes, null): the answer is 4xx
+    naming fields of the body, never a Python repr of pydantic's validators."""
+    path = data.draw(st.sampled_from(sorted(valid_bodies)))
+    body = valid_bodies[path]
+    place = data.draw(st.sampled_from(list(_places(body))))
+    value = data.draw(BAD_VALUES)
+    response = client.post(path, json=_replaced(body, place, value), headers=AUTH_JSON)
+    if response.status_code == 200:  # the value happened to be valid there
+        return
+    _assert_clean(response)
+
+
+# ------------------------------------------------------------ long and odd policy specs
+def test_is_checkpoint_says_no_to_paths_the_os_refuses(tmp_path):
+    from cloudrl.checkpoint_policy import META_FILE, MODULE_SUBDIR, is_checkpoint, read_meta
+
+    long_name = tmp_path / ("c" * 400)  # one name over NAME_MAX (255)
+    long_path = "/".join(["deep"] * 1500)  # over PATH_MAX (4096)
+    for path in (long_name, str(long_name), long_path, f"{tmp_path}/ck\x00pt"):
+        assert is_checkpoint(path) is False
+        with pytest.raises(ValueError, match="is not a cloudrl checkpoint"):
+            read_meta(path)
+    (tmp_path / "ok" / MODULE_SUBDIR).mkdir(parents=True)
+    (tmp_path / "ok" / META_FILE).write_text("{}")
+    assert is_checkpoint(tmp_path / "ok")  # the check still finds a real one
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: str(tmp / ("policy-" * 60)),  # 360 characters, one path component
+    lambda tmp: "/".join([str(tmp), *["x" * 200] * 4]),  # long components, long path
+    lambda tmp: str(tmp / "ck\x00pt"),  # a NUL byte (JSON's \u0000)
+    lambda tmp: "python:" + "m" * 700 + ":make",
+], ids=["long name", "long path", "nul byte", "long python spec"])
+def test_long_or_odd_canary_specs_are_422_naming_policy(client, tmp_path, make):
+    spec = make(tmp_path)
+    response = client.post("/v1/rollout", json={"action": "canary", "policy": spec},
+                           headers=AUTH_JSON)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "policy"
+    _assert_clean(response)
+    assert client.get("/v1/policy").json()["canary"] is None
+
+
+def test_a_spec_over_the_documented_length_is_refused_by_the_schema(client):
+    from cloudrl.serving.schemas import MAX_POLICY_SPEC
+
+    at_limit = "heuristic:" + "z" * (MAX_POLICY_SPEC - len("heuristic:"))
+    for spec, says in ((at_limit, "unknown heuristic 'zz"),
+                       (at_limit + "z", f"at most {MAX_POLICY_SPEC} characters")):
+        response = client.post("/v1/rollout", json={"action": "canary", "policy": spec},
+                               headers=AUTH_JSON)
+        assert response.status_code == 422, response.text
+        out = response.json()
+        assert out["errors"][0]["field"] == "policy" and says in out["error"], out
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["RolloutRequest"]
+    assert schema["properties"]["policy"]["anyOf"][0]["maxLength"] == MAX_POLICY_SPEC

@@ -39,13 +39,15 @@ def states():
 class Harness:
     """A rollout and its controller driven like the service drives them."""
 
-    def __init__(self, db, failure_threshold: int = 3, seed: int = 0) -> None:
+    def __init__(self, db, failure_threshold: int = 3, seed: int = 0, timeout_s: float = 1.0,
+                 max_timeouts: int = 3) -> None:
         from serve_apps.rollout import ShieldSettings
 
         self.rollout = Rollout("heuristic:power_aware", ENV, "branching", db_path=db,
-                               seed=seed, shield=ShieldSettings(failure_threshold=failure_threshold,
+                               seed=seed, shield=ShieldSettings(timeout_s=timeout_s,
+                                                                failure_threshold=failure_threshold,
                                                                 cooldown_s=1e9))
-        self.controller = RolloutController(self.rollout)
+        self.controller = RolloutController(self.rollout, max_timeouts)
         self.answers: list[tuple[str, Outcome, dict]] = []
 
     def decide(self, obs: dict, latency_ms: float = 1.0, risk: float = 0.0) -> str | None:
@@ -78,6 +80,34 @@ def test_failing_canary_is_rolled_back_within_the_window(tmp_path, states, fault
     again = Rollout("heuristic:power_aware", ENV, "branching", db_path=tmp_path / "s.db")
     assert again.canary is None and again.history()[-1] == last  # persisted with its reason
     assert h.decide(late[0]) is None and h.answers[-1][0] == "v1"  # stable serves on
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["by hand", "automatic plan"])
+def test_hanging_canary_is_rolled_back_at_its_nth_timeout(tmp_path, states, auto):
+    """``faults:slow`` sleeps past the decision deadline on late states. With or without an
+    automatic plan, its 2nd timed-out decision (``max_timeouts`` 2, below the breaker's 5)
+    rolls it back; decisions it answered in time never count."""
+    early, late = states
+    h = Harness(tmp_path / "s.db", failure_threshold=5, timeout_s=0.5, max_timeouts=2)
+    plan = AutoPlan(promote_after=1000, min_decisions=1000) if auto else None
+    version = h.controller.start("python:serve_apps.faults:slow", 1.0, plan)
+    assert [h.decide(obs) for obs in early * 2] == [None] * 6  # answered in time
+    assert [h.decide(late[i]) for i in range(2)] == [None, "rolled_back"]
+    assert [o.reason for _, o, _ in h.answers[-2:]] == ["timeout", "timeout"]
+    assert h.rollout.canary is None
+    last = h.rollout.history()[-1]
+    assert last["event"] == "rolled_back" and last["version"] == version
+    assert last["reason"] == ("automatic: 2 decisions timed out (no answer from the model "
+                              "within 0.5 s; canary_rollback_timeouts 2)")
+    assert h.decide(late[2]) is None and h.answers[-1][0] == "v1"  # stable serves on
+
+
+def test_timeouts_never_roll_back_when_the_limit_is_0(tmp_path, states):
+    _, late = states
+    h = Harness(tmp_path / "s.db", failure_threshold=100, timeout_s=0.5, max_timeouts=0)
+    h.controller.start("python:serve_apps.faults:slow", 1.0, None)
+    assert [h.decide(late[i % 3]) for i in range(4)] == [None] * 4
+    assert h.rollout.canary is not None and h.rollout.canary.counters["fallback_timeout"] == 4
 
 
 def test_infeasible_later_fails_on_early_states_too(tmp_path, states):

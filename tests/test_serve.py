@@ -132,7 +132,6 @@ def test_decide_returns_the_in_process_feasible_action(service, seed, steps, pri
 
 
 BAD_INPUTS = [
-    ("malformed json", b'{"servers": [', "body"),
     ("wrong type", {"servers": "many"}, "servers"),
     ("missing field", {"jobs": []}, "servers"),
     ("NaN", b'{"servers": [{"tier": "standard", "used_cpu_cores": NaN}]}',
@@ -152,6 +151,14 @@ def test_bad_input_answers_422_naming_the_field(service, name, body, field):
     status, out = client.call("POST", "/v1/decide", raw=raw)
     assert status == 422, out
     assert any(e["field"].startswith(field) for e in out["errors"]), out
+
+
+def test_malformed_json_answers_400_naming_the_body(service):
+    client, _ = service
+    for raw in (b'{"servers": [', b'{"tick": 3,, "servers": []}'):
+        status, out = client.call("POST", "/v1/decide", raw=raw)
+        assert status == 400 and out["errors"][0]["field"] == "body", out
+        assert "not valid JSON" in out["error"]
 
 
 def test_states_that_do_not_fit_the_policy_answer_422(service):

@@ -30,9 +30,12 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 HEALTH_PERIOD_S = 0.5
 
 
+ROLLBACK_TIMEOUTS = 4  # the service's canary_rollback_timeouts (default 3)
+
+
 def _hconfig(db: str) -> dict:
     return {**_config(db), "health_check_period_s": HEALTH_PERIOD_S,
-            "health_check_timeout_s": 10.0}
+            "health_check_timeout_s": 10.0, "canary_rollback_timeouts": ROLLBACK_TIMEOUTS}
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +99,46 @@ def test_canary_that_breaks_at_run_time_is_dropped_and_the_replica_stays_up(serv
     assert out["policy_version"] == report["stable"]["version"]
     status, out = client.call("POST", "/v1/rollout", {"action": "rollback"}, token=TOKEN)
     assert status == 422 and "no canary" in out["error"]  # reachable, nothing to roll back
+
+
+def _late_body() -> dict:
+    """A state in the second half of the horizon, where the fault policies misbehave."""
+    body = _body()
+    body["tick"] = body["time_of_day_tick"] = 730  # of the default 1,000-tick episode
+    return body
+
+
+def test_a_hanging_canary_is_rolled_back_after_its_timeouts(service):
+    """A canary put on by hand (no automatic plan) whose model sleeps past the decision
+    deadline (``faults:slow``: 3 s against ``model_timeout_s`` 0.5 s) on late states: every
+    one of its decisions is the fallback's, its breaker opens after 2 timeouts and half-opens
+    every 1 s, and its 4th timed-out decision rolls it back; then the stable model answers."""
+    from serve_apps.faults import SLOW_SECONDS
+
+    client, db = service
+    status, out = client.call("POST", "/v1/rollout", {
+        "action": "canary", "policy": "python:serve_apps.faults:slow", "weight": 1.0},
+        token=TOKEN)
+    assert status == 200 and out["auto"] is None, out
+    version = out["canary"]["version"]
+    on_canary, deadline = [], time.time() + 90
+    while time.time() < deadline:
+        status, out = client.call("POST", "/v1/decide", _late_body())
+        assert status == 200, out
+        if out["policy_version"] != version:
+            break
+        on_canary.append(out)
+    assert out["policy_version"] != version and out["answered_by"] == "model", out
+    assert all(a["answered_by"] == "fallback" for a in on_canary), on_canary
+    reasons = [a["fallback_reason"] for a in on_canary]
+    assert set(reasons) <= {"timeout", "breaker_open"}, reasons
+    assert reasons.count("timeout") == ROLLBACK_TIMEOUTS and reasons[-1] == "timeout", reasons
+    assert all(a["latency_ms"] < 1000 * SLOW_SECONDS for a in on_canary)  # nobody waited
+    assert client.call("GET", "/v1/policy")[1]["canary"] is None
+    assert _stored(db)["canary"] is None
+    last = client.call("GET", "/v1/rollout", token=TOKEN)[1]["history"][-1]
+    assert last["event"] == "rolled_back" and last["version"] == version, last
+    assert last["reason"].startswith(f"automatic: {ROLLBACK_TIMEOUTS} decisions timed out")
 
 
 def test_restart_drops_a_persisted_canary_that_fails(service, tmp_path):
@@ -226,7 +269,8 @@ def test_wrong_types_are_refused(service, path, value):
         "a": {"trajectory_id": "t1"}, "b": {"trajectory_id": "t2"}, "preferred": "a"}]}).encode(),
      "wrong-token-000", 401, "authorization"),
     ("POST", "/v1/decide", b'{"servers": "\x80\x81 not utf-8"}', None, 400, "body"),
-    ("POST", "/v1/decide", b'{"servers": [', None, 422, "body"),
+    ("POST", "/v1/decide", b'{"servers": [', None, 400, "body"),
+    ("POST", "/v1/decide", b'{"servers": []}', None, 422, "servers"),
     ("GET", "/v1/nowhere", None, None, 404, "path"),
 ])
 def test_every_error_has_the_documented_format(service, method, path, raw, token, status,

@@ -6,7 +6,7 @@ for the service's automatic decision.
         --weight 0.1 --promote-after 2000
 
 It posts ``{"action": "canary", "policy": ..., "weight": ..., "auto": {...}}`` to the
-service's ``/v1/rollout`` (the plan's fields are ``serve_apps.schemas.AutoPlan``: the flags
+service's ``/v1/rollout`` (the plan's fields are ``cloudrl.serving.schemas.AutoPlan``: the flags
 below), then polls ``GET /v1/rollout`` and prints each transition of its canary (started,
 paused, resumed) until the service promotes or rolls it back, with the reason. An operator
 can pause, resume or force the decision meanwhile through the same endpoint.
@@ -33,6 +33,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+from cloudrl.argparsing import CliParser
 
 TOKEN_ENV = "CLOUDRL_SERVE_TOKEN"
 PROMOTED, ROLLED_BACK, BAD_INPUT, NO_DECISION = 0, 1, 2, 3
@@ -82,7 +84,7 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
     """The AutoPlan fields given as flags, validated here (one line naming a bad flag)."""
     from pydantic import ValidationError
 
-    from serve_apps.schemas import AutoPlan
+    from cloudrl.serving.schemas import AutoPlan
 
     given = {k: getattr(args, k) for k in PLAN_FLAGS if getattr(args, k) is not None}
     try:
@@ -204,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cloudrl loop rollout", description=__doc__)
+    parser = CliParser(prog="cloudrl loop rollout", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
