@@ -37,7 +37,7 @@ def test_search_points_are_seeded_and_start_with_the_defaults():
     assert len(mpc) == 3 and mpc[0] == {k: v for k, v in asdict(MPCConfig()).items()
                                         if k not in ("horizon_hours", "carbon_weight")}
     assert search_points("signal_aware", 1) == [asdict(SignalAwareConfig())]
-    with pytest.raises(ValueError, match="'signal_aware' or 'mpc'"):
+    with pytest.raises(ValueError, match="signal_aware, deadline_aware, mpc, got 'oracle'"):
         search_points("oracle", 2)
 
 

@@ -45,8 +45,8 @@ class SignalAwareConfig:
             raise ValueError("SignalAwareConfig.release_util must be in [0, 2]")
         if not 0.0 <= self.guard_hours <= 24.0:
             raise ValueError("SignalAwareConfig.guard_hours must be in [0, 24]")
-        if not 0.0 <= self.ready_margin <= 5.0:
-            raise ValueError("SignalAwareConfig.ready_margin must be in [0, 5]")
+        if not -0.5 <= self.ready_margin <= 5.0:  # -0.5: the learned policy's lowest margin
+            raise ValueError("SignalAwareConfig.ready_margin must be in [-0.5, 5]")
 
     @classmethod
     def from_dict(cls, params: dict) -> SignalAwareConfig:

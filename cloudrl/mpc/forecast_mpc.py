@@ -49,8 +49,8 @@ class MPCConfig:
                 raise ValueError(f"MPCConfig.{name} must be a number, got {v!r}")
         if not 0 < self.max_util <= 1.5:
             raise ValueError(f"MPCConfig.max_util must be in (0, 1.5], got {self.max_util}")
-        if self.ready_hedge < 0 or self.shortfall_factor <= 0:
-            raise ValueError("MPCConfig.ready_hedge must be >= 0 and shortfall_factor > 0")
+        if self.ready_hedge < -0.5 or self.shortfall_factor <= 0:  # the learned policy's menu
+            raise ValueError("MPCConfig.ready_hedge must be >= -0.5 and shortfall_factor > 0")
         if not 0 <= self.carbon_weight <= 100:
             raise ValueError(f"MPCConfig.carbon_weight must be in [0, 100], got "
                              f"{self.carbon_weight}")

@@ -19,7 +19,7 @@ from envs.scenario.config import ScenarioConfig
 from envs.scenario.control import Controller, RunAtOnce, run_episode
 from envs.scenario.sim import ScenarioSim
 
-KINDS = ("run_at_once", "signal_aware", "mpc", "oracle", "mpc_rounded",
+KINDS = ("run_at_once", "signal_aware", "deadline_aware", "mpc", "oracle", "mpc_rounded",
          "signal_aware_rounded", "hindsight_mpc", "learned", "rllib")
 LEARNED_KINDS = ("learned", "rllib")  # controllers that run torch
 
@@ -41,6 +41,13 @@ class ControllerSpec:
             from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
 
             return SignalAwareDeferral(SignalAwareConfig.from_dict(self.params))
+        if self.kind == "deadline_aware":
+            from cloudrl.heuristics.deadline_aware import (
+                DeadlineAwareConfig,
+                DeadlineAwareDeferral,
+            )
+
+            return DeadlineAwareDeferral(DeadlineAwareConfig.from_dict(self.params))
         if self.kind == "mpc":
             from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 

@@ -53,17 +53,37 @@ EXPERIMENT = "cloudrl-scenario-tune"
 QUIET_TUNE_ENV = {"RAY_TQDM_PATCH_PRINT": "0"}
 
 
-def heuristic_space(rng: np.random.Generator) -> dict[str, Any]:
+# The ready margin's range per menu: "narrow" is the baselines' historical search range;
+# "wide" is the learned policy's own (FINE_READY_MARGINS: -0.5 to 1.0), so every controller
+# can act through the same action set.
+MENUS = {"narrow": (0.0, 0.6), "wide": (-0.5, 1.0)}
+KINDS = ("signal_aware", "deadline_aware", "mpc")
+
+
+def _margin(rng: np.random.Generator, menu: str) -> float:
+    if menu not in MENUS:
+        raise ValueError(f"tune: menu must be one of {sorted(MENUS)}, got {menu!r}")
+    lo, hi = MENUS[menu]
+    return float(rng.uniform(lo, hi))
+
+
+def heuristic_space(rng: np.random.Generator, menu: str = "narrow") -> dict[str, Any]:
     return {"quantile": float(rng.uniform(0.05, 0.7)),
             "window_hours": float(rng.choice([3.0, 6.0, 12.0, 18.0, 24.0])),
             "release_util": float(rng.uniform(0.5, 1.0)),
-            "ready_margin": float(rng.uniform(0.0, 0.6)),
+            "ready_margin": _margin(rng, menu),
             "guard_hours": float(rng.choice([0.0, 1.0, 2.0, 4.0]))}
 
 
-def mpc_space(rng: np.random.Generator) -> dict[str, Any]:
+def deadline_space(rng: np.random.Generator, menu: str = "narrow") -> dict[str, Any]:
+    """The signal-aware knobs plus the release-by-deadline guard's."""
+    return {**heuristic_space(rng, menu), "slack_k": float(rng.uniform(0.0, 4.0)),
+            "wait_factor": float(rng.uniform(0.0, 3.0))}
+
+
+def mpc_space(rng: np.random.Generator, menu: str = "narrow") -> dict[str, Any]:
     return {"max_util": float(rng.uniform(0.6, 0.95)),
-            "ready_hedge": float(rng.uniform(0.0, 0.6))}
+            "ready_hedge": _margin(rng, menu)}
 
 
 @dataclass
@@ -79,21 +99,29 @@ class TuneResult:
     mlflow_run_id: str | None = None  # the parent run, when logged
 
 
-def search_points(kind: str, n_samples: int, seed: int = 0) -> list[dict[str, Any]]:
+def search_points(kind: str, n_samples: int, seed: int = 0,
+                  menu: str = "narrow") -> list[dict[str, Any]]:
     """The points :func:`tune` evaluates, in trial order: the defaults, ``n_samples - 1``
-    seeded random points and, for ``signal_aware`` (when searching at all), the
-    run-at-once-like corner."""
+    seeded random points over ``menu``'s ready margins (:data:`MENUS`) and, for the
+    rules (when searching at all), the run-at-once-like corner."""
     if kind == "signal_aware":
         default, space = asdict(SignalAwareConfig()), heuristic_space
+    elif kind == "deadline_aware":
+        from cloudrl.heuristics.deadline_aware import DeadlineAwareConfig
+
+        default, space = asdict(DeadlineAwareConfig()), deadline_space
     elif kind == "mpc":
         default, space = {k: v for k, v in asdict(MPCConfig()).items()
                           if k not in ("horizon_hours", "carbon_weight")}, mpc_space
     else:
-        raise ValueError(f"tune: kind must be 'signal_aware' or 'mpc', got {kind!r}")
+        raise ValueError(f"tune: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     rng = np.random.default_rng(seed)
-    points = [default] + [space(rng) for _ in range(max(n_samples - 1, 0))]
-    if kind == "signal_aware" and n_samples > 1:
-        points.append(dict(RUN_AT_ONCE_LIKE))  # the rule may also choose not to defer
+    points = [default] + [space(rng, menu) for _ in range(max(n_samples - 1, 0))]
+    if kind != "mpc" and n_samples > 1:  # the rule may also choose not to defer
+        corner = dict(RUN_AT_ONCE_LIKE)
+        if kind == "deadline_aware":
+            corner.update(slack_k=0.0, wait_factor=0.0)
+        points.append(corner)
     return points
 
 
@@ -189,19 +217,21 @@ def _mlflow_trials(client: Any, experiment_id: str, parent_id: str, tags: dict[s
 
 
 def tune(cfg: ScenarioConfig, kind: str, n_samples: int = 16, n_seeds: int = 10,
-         seed: int = 0, workers: int | None = None, *, storage_path: str | Path | None = None,
+         seed: int = 0, workers: int | None = None, *, menu: str = "narrow",
+         storage_path: str | Path | None = None,
          tracking_uri: str | None = None, experiment: str = EXPERIMENT,
          parent_run_id: str | None = None) -> TuneResult:
-    """Best parameters of ``kind`` ("signal_aware" or "mpc") on ``n_seeds`` validation seeds,
+    """Best parameters of ``kind`` (:data:`KINDS`) on ``n_seeds`` validation seeds over
+    ``menu``'s ready margins,
     searched with Ray Tune (see the module docstring); ``storage_path`` keeps Tune's
     experiment directory, ``tracking_uri`` logs the search to MLflow (nested under
     ``parent_run_id`` when given)."""
-    points = search_points(kind, n_samples, seed)
+    points = search_points(kind, n_samples, seed, menu)
     seeds = list(validation_seeds(n_seeds))
     concurrent = max(1, min(workers or os.cpu_count() or 1, len(points)))
     name = (f"scenario-tune-{cfg.name}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-"
             f"{uuid.uuid4().hex[:6]}")
-    tags = {"phase": "scenario_tune", "scenario": cfg.name, "kind": kind}
+    tags = {"phase": "scenario_tune", "scenario": cfg.name, "kind": kind, "menu": menu}
     client = exp_id = run_id = None
     if tracking_uri is not None:
         from cloudrl import tracking
