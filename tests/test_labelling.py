@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from cloudrl.labelling import db, quality, queue, tokens
 from cloudrl.labelling.export import drift_report, export_labels, majority, voted_pairs
-from cloudrl.labelling.queue import PairSpec, QueueConfig, TaskError, TaskQueue, add_pairs
+from cloudrl.labelling.queue import (
+    PairSpec,
+    QueueConfig,
+    TaskError,
+    TaskQueue,
+    add_pairs,
+    gold_slots,
+)
 from cloudrl.labelling.segments import (
     EnvMeta,
     make_view,
@@ -141,17 +148,56 @@ def test_queue_invariants_under_random_traffic(tmp_path_factory, ops, k):
 
 
 def test_gold_share_follows_the_rate(tmp_path):
-    conn = _store(tmp_path, n_pairs=40, k=1, gold=8)
-    (oid,) = _ops(conn, ["x"]).values()
-    q = TaskQueue(conn, QueueConfig(gold_rate=0.2))
-    golds = []
-    for _ in range(30):
-        task = q.next_task(oid)
-        golds.append(conn.execute("SELECT is_gold FROM assignments WHERE id = ?",
-                                  (task["assignment_id"],)).fetchone()[0])
-        q.submit(oid, task["assignment_id"], "a")
-    assert sum(golds) == 6  # 20% of 30, spread: never two gold in a row
-    assert all(not (a and b) for a, b in zip(golds, golds[1:], strict=False))
+    conn = _store(tmp_path, n_pairs=60, k=3, gold=20)
+    ops = _ops(conn, ["x", "y", "z"])
+    q = TaskQueue(conn, QueueConfig(gold_rate=0.2), seed=7)
+    seen = []
+    for oid in ops.values():
+        golds = []
+        for _ in range(30):
+            task = q.next_task(oid)
+            golds.append(conn.execute("SELECT is_gold FROM assignments WHERE id = ?",
+                                      (task["assignment_id"],)).fetchone()[0])
+            q.submit(oid, task["assignment_id"], "a")
+        # 20% of 30: one gold in each block of 5 tasks, at a random place in it
+        assert [sum(golds[b:b + 5]) for b in range(0, 30, 5)] == [1] * 6
+        seen.append(tuple(golds))
+    assert len(set(seen)) == 3  # each operator has their own places
+
+
+def test_first_task_is_gold_at_the_configured_rate(tmp_path):
+    """Many operators' first tasks: gold about ``gold_rate`` of the time, not always."""
+    conn = db.connect(tmp_path / "labels.db", sync="normal")
+    segs = synthetic_segments(12, seed=4)
+    add_pairs(conn, [PairSpec(a=segs[2 * i], b=segs[2 * i + 1], source="t",
+                              gold="b" if i < 2 else None) for i in range(6)], k=10_000)
+    n_ops, rate = 600, 0.15
+    conn.execute("BEGIN")
+    names = [f"op{i}" for i in range(n_ops)]
+    for n in names:
+        tokens.add_operator(conn, n)
+    conn.execute("COMMIT")
+    ids = [r[0] for r in conn.execute("SELECT id FROM operators ORDER BY id")]
+    q = TaskQueue(conn, QueueConfig(gold_rate=rate), seed=2026)
+    first = [q.next_task(oid) for oid in ids]
+    gold_pairs = {r[0] for r in conn.execute("SELECT id FROM pairs WHERE gold IS NOT NULL")}
+    share = sum(t["pair_id"] in gold_pairs for t in first) / n_ops
+    # binomial(600, 0.15): standard deviation 0.015; the bound is four of them
+    assert abs(share - rate) <= 0.06, share
+    # the same seed places gold the same way; another seed elsewhere
+    assert gold_slots("2026", ids[0], rate, 40) == gold_slots("2026", ids[0], rate, 40)
+    assert gold_slots("2026", ids[0], rate, 40) != gold_slots("2027", ids[0], rate, 40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.floats(0.01, 0.5), operator=st.integers(1, 10**6), n=st.integers(1, 500),
+       secret=st.text(max_size=8))
+def test_gold_slots_hold_one_per_block_and_the_rate(rate, operator, n, secret):
+    slots = gold_slots(secret, operator, rate, n - 1)
+    assert slots == sorted(set(slots)) and all(0 <= s < n for s in slots)
+    assert abs(len(slots) - n * rate) <= 1
+    for j, s in enumerate(slots):  # slot j lies in its block of 1 / rate tasks
+        assert j / rate - 1 < s < (j + 1) / rate + 1e-9
 
 
 def test_strata_take_turns_and_priority_orders_within(tmp_path):

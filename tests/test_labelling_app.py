@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,8 +28,19 @@ from tests.support import free_port as shared_free_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port(ports: range = range(18110, 18160)) -> int:
-    return shared_free_port(ports)
+def free_port(ports: range = range(18310, 18331)) -> int:
+    """A port of the labelling tests' range that uvicorn can bind now: probed with
+    SO_REUSEADDR as uvicorn binds, so a port whose closed connections still wait in
+    TIME_WAIT counts as free (a port another server listens on does not)."""
+    for port in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return shared_free_port(ports)  # none: its error names the range
 
 
 def call(base: str, path: str, token: str | None = None, body=None, method=None,
@@ -375,3 +387,164 @@ def test_fuzzed_bodies_never_get_a_5xx(tmp_path):
                 assert status == 401
 
         fuzz()
+
+
+# ----------------------------------------------------------------------------- strict bodies
+
+_NUMBER_AS_OTHER = (st.integers(1, 10**6).map(str) | st.booleans() | st.none()
+                    | st.floats(allow_nan=False, allow_infinity=False)
+                    | st.integers(1, 99).map(float) | st.lists(st.integers(1, 9), max_size=2)
+                    | st.dictionaries(st.sampled_from("ab"), st.integers(), max_size=1))
+_TEXT_AS_OTHER = (st.integers() | st.booleans() | st.floats(allow_nan=False)
+                  | st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2)
+                  | st.dictionaries(st.sampled_from("ab"), st.sampled_from("ab"), max_size=1))
+# (path, field, wrong values): null is wrong only where the field is not nullable
+_WRONG = [("/api/labels", "assignment_id", _NUMBER_AS_OTHER),
+          ("/api/labels", "choice", _TEXT_AS_OTHER | st.none()),
+          ("/api/labels", "note", _TEXT_AS_OTHER),
+          ("/api/labels", "time_taken_ms", _NUMBER_AS_OTHER),
+          ("/api/admin/gold", "pair_id", _NUMBER_AS_OTHER),
+          ("/api/admin/gold", "answer", _TEXT_AS_OTHER)]
+
+
+def test_wrong_json_types_are_422_naming_the_field(tmp_path):
+    toks = seed_db(tmp_path / "labels.db", n_pairs=4, k=2)
+    path = tmp_path / "labels.db"
+    cfg = ServeConfig(db=str(path), rate_per_s=1000.0, rate_burst=1000,
+                      queue=QueueConfig(gold_rate=0.0))
+    with Server(cfg) as srv:
+        aid = call(srv.base, "/api/next", toks["alice"])[1]["task"]["assignment_id"]
+        valid = {"/api/labels": {"assignment_id": aid, "choice": "b", "note": "n",
+                                 "time_taken_ms": 1200},
+                 "/api/admin/gold": {"pair_id": 3, "answer": "a"}}
+        who = {"/api/labels": toks["alice"], "/api/admin/gold": toks["admin"]}
+
+        @settings(max_examples=60, deadline=None)
+        @given(case=st.sampled_from(range(len(_WRONG))), data=st.data())
+        def wrong_type(case, data):
+            route, name, values = _WRONG[case]
+            body = {**valid[route], name: data.draw(values)}
+            before = counts(path)
+            status, out, _ = call(srv.base, route, who[route], body)
+            assert status == 422 and out["detail"].startswith(f"body.{name}:"), (body, out)
+            assert counts(path) == before
+
+        wrong_type()
+        # whole bodies of another JSON type than an object
+        for raw in (b"true", b"9", b'"a"', b"null", b"[1]"):
+            status, out, _ = call(srv.base, "/api/labels", toks["alice"], raw=raw)
+            assert status == 422 and out["detail"].startswith("body:"), (raw, out)
+        # and the valid bodies still go through (nothing above was stored)
+        assert counts(path)[0] == 0
+        assert call(srv.base, "/api/labels", toks["alice"], valid["/api/labels"])[0] == 200
+        assert call(srv.base, "/api/admin/gold", toks["admin"], valid["/api/admin/gold"]
+                    )[0] == 200
+        conn = sqlite3.connect(path)
+        assert conn.execute("SELECT note, time_taken_ms FROM labels").fetchall() == [("n", 1200)]
+        assert conn.execute("SELECT gold FROM pairs WHERE id = 3").fetchone()[0] == "a"
+        conn.close()
+
+
+# ----------------------------------------------------------------------------- OpenAPI, 405
+
+# the errors each /api call can answer (what the handlers raise)
+API_ERRORS = {("/api/me", "get"): {401}, ("/api/next", "get"): {401},
+              ("/api/labels", "post"): {401, 404, 409, 413, 422, 429},
+              ("/api/admin/stats", "get"): {401, 403}, ("/api/admin/votes", "get"): {401, 403},
+              ("/api/admin/gold", "post"): {401, 403, 404, 413, 422}}
+
+
+def test_openapi_declares_bodies_the_token_scheme_and_the_errors(served):
+    srv, _, _ = served
+    status, doc, _ = call(srv.base, "/api/openapi.json")
+    assert status == 200
+    comps = doc["components"]
+    assert comps["securitySchemes"]["bearerAuth"] == {
+        "type": "http", "scheme": "bearer", "description": comps["securitySchemes"][
+            "bearerAuth"]["description"]}
+    ops = {(p, m): op for p, item in doc["paths"].items() for m, op in item.items()}
+    assert set(ops) == set(API_ERRORS) | {("/healthz", "get")}
+    assert "security" not in ops[("/healthz", "get")]
+    for key, codes in API_ERRORS.items():
+        op = ops[key]
+        assert op["security"] == [{"bearerAuth": []}], key
+        declared = {int(c) for c in op["responses"] if c != "200"}
+        assert declared == codes, key
+        for c in codes:
+            ref = op["responses"][str(c)]["content"]["application/json"]["schema"]["$ref"]
+            assert ref == "#/components/schemas/ErrorOut"
+    for key, model in ((("/api/labels", "post"), "LabelIn"),
+                       (("/api/admin/gold", "post"), "GoldIn")):
+        body = ops[key]["requestBody"]
+        assert body["required"] is True
+        assert body["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{model}"}
+    label = comps["schemas"]["LabelIn"]
+    assert set(label["required"]) == {"assignment_id", "choice"}
+    assert label["properties"]["choice"]["enum"] == ["a", "b", "equal", "skip"]
+    assert label["additionalProperties"] is False
+    assert set(comps["schemas"]["GoldIn"]["required"]) == {"pair_id", "answer"}
+    assert all("requestBody" not in op for k, op in ops.items() if k[1] == "get")
+
+
+def test_a_wrong_method_is_405_with_allow(served):
+    srv, toks, db_path = served
+    before = counts(db_path)
+    for path, allowed in [("/api/labels", "POST"), ("/api/admin/gold", "POST"),
+                          ("/api/next", "GET"), ("/api/admin/stats", "GET"), ("/", "GET"),
+                          ("/static/common.js", "GET"), ("/favicon.ico", "GET"),
+                          ("/healthz", "GET")]:
+        for method in ("PUT", "DELETE", "PATCH", "GET" if allowed == "POST" else "POST"):
+            status, out, headers = call(srv.base, path, toks["admin"], method=method,
+                                        raw=b"{}" if method != "GET" else None)
+            assert status == 405, (method, path)
+            assert headers["allow"] == allowed
+            assert out["detail"] == f"{method} {path}: method not allowed (allowed: {allowed})"
+    assert counts(db_path) == before
+
+
+# ----------------------------------------------------------------------------- favicon
+
+
+def test_favicon_is_a_16px_ico(served):
+    import struct
+
+    srv, _, _ = served
+    with urllib.request.urlopen(srv.base + "/favicon.ico") as r:
+        assert r.status == 200 and r.headers["content-type"] == "image/x-icon"
+        ico = r.read()
+    reserved, kind, n = struct.unpack("<HHH", ico[:6])
+    w, h, _, _, planes, bpp, size, offset = struct.unpack("<BBBBHHII", ico[6:22])
+    assert (reserved, kind, n, w, h, planes, bpp) == (0, 1, 1, 16, 16, 1, 32)
+    assert offset == 22 and offset + size == len(ico)
+    header = struct.unpack("<IiiHHI", ico[offset:offset + 20])
+    assert header == (40, 16, 32, 1, 32, 0)  # BITMAPINFOHEADER, height doubled (mask)
+    pixels = ico[offset + 40:offset + 40 + 16 * 16 * 4]
+    assert all(pixels[i] == 255 for i in range(3, len(pixels), 4))  # opaque
+    assert len({pixels[i:i + 3] for i in range(0, len(pixels), 4)}) == 3  # three colours
+    assert "<link rel=\"icon\" href=\"/favicon.ico\"" in urllib.request.urlopen(
+        srv.base + "/").read().decode()
+
+
+# ----------------------------------------------------------------------------- missing extra
+
+
+def test_scenario_enqueue_without_pvlib_is_one_line_exit_2(tmp_path):
+    """pvlib blocked in the child (an import of it fails as if it were not installed)."""
+    db_path = tmp_path / "labels.db"
+    wrapper = ("import sys; sys.modules['pvlib'] = None; "
+               "from cloudrl.cli import main; sys.exit(main(sys.argv[1:]))")
+    res = subprocess.run(
+        [sys.executable, "-c", wrapper, "label", "enqueue", "--db", str(db_path),
+         "--from-scenario", "solar_site", "--controller", "mpc", "--controller",
+         "run_at_once", "--seeds", "2", "--pairs", "4"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith("cloudrl: enqueue: --from-scenario solar_site: ")
+    assert "pvlib" in lines[0] and "pip install 'cloudrl[solar]'" in lines[0]
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT COUNT(*) FROM pairs").fetchone()[0] == 0
+    conn.close()

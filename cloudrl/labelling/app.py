@@ -18,7 +18,11 @@ credentials and forms need no CSRF token):
 
 Errors are 4xx with one line in ``detail``: 401 for a missing or wrong token (nothing is
 changed), 403 for a non-admin on an admin call, 404/409 for an unknown or already
-labelled task, 413 for a body over ``max_body_bytes``, 422 for a malformed one.
+labelled task, 405 (with ``Allow``) for a method a path does not take, 413 for a body
+over ``max_body_bytes``, 422 for a malformed one: request bodies are strict (a string
+where a number belongs, ``true`` for a number, a float for an integer: 422 naming the
+field). ``GET /api/openapi.json`` declares every body, the bearer token scheme and the
+errors each call can answer.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any, Literal
 import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cloudrl.labelling import ui
 from cloudrl.labelling.db import connect
+from cloudrl.labelling.favicon import ICO
 from cloudrl.labelling.quality import QualityConfig, quality_report
 from cloudrl.labelling.queue import (
     QueueConfig,
@@ -72,7 +78,9 @@ class ServeConfig:
 
 
 class LabelIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``POST /api/labels``: a label for a task (``a`` = the left side as shown)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     assignment_id: int = Field(ge=1, le=2**62)
     choice: Literal["a", "b", "equal", "skip"]
@@ -81,10 +89,42 @@ class LabelIn(BaseModel):
 
 
 class GoldIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``POST /api/admin/gold``: a pair's known answer (``null`` clears it)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     pair_id: int = Field(ge=1, le=2**62)
     answer: Literal["a", "b", "equal"] | None
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx answer: one line naming the field, value or reason."""
+
+    detail: str
+
+
+ERRORS = {401: "missing or invalid token (nothing changed)",
+          403: "the call needs an admin token",
+          404: "no such task, pair or file",
+          409: "the task was already labelled or expired and given away",
+          413: "body over the size limit",
+          422: "malformed body: the detail names the field",
+          429: "too many labels: wait Retry-After seconds"}
+SECURITY = [{"bearerAuth": []}]
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route that can answer ``codes``."""
+    return {c: {"model": ErrorOut, "description": ERRORS[c]} for c in codes}
+
+
+def api_doc(body: type[BaseModel] | None = None) -> dict[str, Any]:
+    """``openapi_extra`` of an ``/api`` route: its token and its JSON body."""
+    extra: dict[str, Any] = {"security": SECURITY}
+    if body is not None:
+        extra["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{body.__name__}"}}}}
+    return extra
 
 
 class ApiError(Exception):
@@ -250,8 +290,32 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return JSONResponse({"detail": f"{loc}: {err.get('msg', 'invalid')}"}, 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"detail": str(exc.detail)}, exc.status_code)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # keeps the router's headers: Allow on a 405
+        headers = dict(getattr(exc, "headers", None) or {})
+        detail = str(exc.detail)
+        if exc.status_code == 405:
+            detail = (f"{request.method} {request.url.path}: method not allowed (allowed: "
+                      f"{headers.get('Allow', '-')})")
+        return JSONResponse({"detail": detail}, exc.status_code, headers=headers)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                              description="The labelling API: every /api call takes "
+                              "'Authorization: Bearer <token>'.")
+            comps = doc.setdefault("components", {})
+            schemas = comps.setdefault("schemas", {})
+            for model in (LabelIn, GoldIn):
+                schemas[model.__name__] = model.model_json_schema(
+                    ref_template="#/components/schemas/{model}")
+            comps["securitySchemes"] = {"bearerAuth": {
+                "type": "http", "scheme": "bearer",
+                "description": "an operator's token (cloudrl label operators add NAME)"}}
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
@@ -260,6 +324,11 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     @app.get("/admin", response_class=HTMLResponse, include_in_schema=False)
     async def admin_page() -> HTMLResponse:
         return HTMLResponse(ui.ADMIN_HTML)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(ICO, media_type="image/x-icon",
+                        headers={"cache-control": "public, max-age=86400"})
 
     @app.get("/static/{name}", include_in_schema=False)
     async def static(name: str) -> Response:
@@ -272,14 +341,14 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     async def healthz() -> dict[str, Any]:
         return {"ok": True}
 
-    @app.get("/api/me")
+    @app.get("/api/me", responses=errors(401), openapi_extra=api_doc())
     def me(request: Request) -> dict[str, Any]:
         op = operator(request)
         n = reader().execute("SELECT COUNT(*) FROM labels WHERE operator_id = ?",
                              (op.id,)).fetchone()[0]
         return {"name": op.name, "admin": op.is_admin, "labels": n}
 
-    @app.get("/api/next")
+    @app.get("/api/next", responses=errors(401), openapi_extra=api_doc())
     def next_task(request: Request) -> Response:
         op = operator(request)
         task = queue.next_task(op.id)
@@ -295,7 +364,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             loc = ".".join(["body", *(str(x) for x in err.get("loc", ()))])
             raise ApiError(422, f"{loc}: {err.get('msg', 'invalid')}") from None
 
-    @app.post("/api/labels")
+    @app.post("/api/labels", responses=errors(401, 404, 409, 413, 422, 429),
+              openapi_extra=api_doc(LabelIn))
     async def label(request: Request) -> Response:
         op = await authed(request)
         body = await parsed(request, LabelIn)
@@ -329,7 +399,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         with stats_lock:
             stats_cache.update(value=value, at=time.monotonic(), busy=False)
 
-    @app.get("/api/admin/stats")
+    @app.get("/api/admin/stats", responses=errors(401, 403), openapi_extra=api_doc())
     def stats(request: Request) -> dict[str, Any]:
         """Queue, strata and quality, at most ``stats_cache_s`` old: a stale answer is
         returned at once while a fresh one is computed in the background (the first one
@@ -348,7 +418,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             threading.Thread(target=compute_stats, daemon=True).start()
         return value
 
-    @app.get("/api/admin/votes")
+    @app.get("/api/admin/votes", responses=errors(401, 403), openapi_extra=api_doc())
     def votes(request: Request) -> dict[str, Any]:
         from cloudrl.labelling.export import voted_pairs
         from cloudrl.labelling.quality import operator_table
@@ -358,7 +428,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         flagged = {r["id"] for r in operator_table(conn, cfg.quality) if r["flagged"]}
         return {"pairs": voted_pairs(conn, flagged)}
 
-    @app.post("/api/admin/gold")
+    @app.post("/api/admin/gold", responses=errors(401, 403, 404, 413, 422),
+              openapi_extra=api_doc(GoldIn))
     async def gold(request: Request) -> dict[str, Any]:
         await authed(request, True)
         body = await parsed(request, GoldIn)

@@ -28,6 +28,7 @@ import json
 import sys
 from typing import Any
 
+from cloudrl.argparsing import CliParser
 from cloudrl.config_loader import ConfigError
 
 DEFAULT_DB = "results/labelling/labels.db"
@@ -155,9 +156,12 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
         elif args.from_scenario:
             from cloudrl.labelling.scenario_segments import scenario_segments
 
-            segments = scenario_segments(args.from_scenario, args.controller,
-                                         args.seeds or [0, 1], args.segment_length,
-                                         args.stride)
+            try:
+                segments = scenario_segments(args.from_scenario, args.controller,
+                                             args.seeds or [0, 1], args.segment_length,
+                                             args.stride)
+            except ImportError as e:  # a scenario that needs an extra (pvlib: solar)
+                raise ConfigError(f"--from-scenario {args.from_scenario}: {e}") from None
             pairs = enqueue.make_pairs(segments, args.pairs, seed=args.seed)
             specs = [PairSpec(a=a, b=b, source="scenario") for a, b in pairs]
         else:
@@ -456,7 +460,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``python -m cloudrl.labelling ...``: the ``label`` commands alone (quick to start;
     ``cloudrl label ...`` is the same). Bad input: one line on stderr, exit code 2."""
-    parser = argparse.ArgumentParser(prog="cloudrl", description="cloudrl label: the "
+    parser = CliParser(prog="cloudrl", description="cloudrl label: the "
                                      "labelling app (python -m cloudrl.labelling ...)")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

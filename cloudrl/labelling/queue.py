@@ -8,7 +8,12 @@
   for an expired assignment is still taken while the pair has a free slot.
 * "Can't tell" (skip) is stored and frees the slot for another operator.
 * Gold pairs (a known answer) are not limited to k: every operator sees each at most
-  once, mixed in so that about ``gold_rate`` of an operator's tasks are gold.
+  once, mixed in at random places: each block of ``1 / gold_rate`` consecutive tasks of
+  an operator holds one gold slot at a random position (:func:`gold_slots`, seeded by the
+  store's secret and the operator), so any task, the first one too, is gold with
+  probability ``gold_rate`` and an operator's gold share stays within one task of
+  ``gold_rate``. A gold slot with no gold pair left for the operator gets an ordinary
+  pair.
 * Ordinary pairs are picked stratified, then by priority: the stratum that has served
   the fewest tasks so far and still has a pair for this operator goes first (so no
   stratum starves), and inside it the pair with the highest priority (the reward
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import secrets
 import sqlite3
 import threading
 import time
@@ -152,12 +158,41 @@ def set_priorities(conn: sqlite3.Connection, priorities: Sequence[tuple[int, flo
 # ----------------------------------------------------------------------------- serving
 
 
+def gold_slots(secret: str, operator_id: int, rate: float, upto: int) -> list[int]:
+    """The operator's gold task numbers (0-based) up to ``upto``: the j-th slot lies at a
+    uniform random place in ``[j / rate, (j + 1) / rate)``, at least one after the one
+    before (so a task is gold with probability ``rate`` and the first ``n`` tasks hold
+    ``n * rate`` gold slots, give or take one)."""
+    if rate <= 0:
+        return []
+    rng = random.Random(f"{secret}:{operator_id}")
+    period = 1.0 / min(rate, 1.0)
+    out: list[int] = []
+    j = 0
+    while True:
+        slot = max(int((j + rng.random()) * period), out[-1] + 1 if out else 0)
+        if slot > upto:
+            return out
+        out.append(slot)
+        j += 1
+
+
+def _store_secret(conn: sqlite3.Connection) -> str:
+    """The store's random gold secret (made once, kept in ``meta``)."""
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('gold_secret', ?)",
+                 (secrets.token_hex(16),))
+    return str(conn.execute("SELECT value FROM meta WHERE key = 'gold_secret'").fetchone()[0])
+
+
 class TaskQueue:
     """Hands out and takes back tasks on one write connection (thread-safe via ``lock``)."""
 
     def __init__(self, conn: sqlite3.Connection, config: QueueConfig | None = None,
                  lock: threading.Lock | None = None, seed: int | None = None) -> None:
+        """``seed`` fixes the sides shown and the gold places (default: the sides at random,
+        the gold places from the store's secret, the same after a restart)."""
         self.conn = conn
+        self.gold_secret = str(seed) if seed is not None else _store_secret(conn)
         self.cfg = config or QueueConfig()
         self.lock = lock or threading.Lock()
         self._rng = random.Random(seed)
@@ -183,10 +218,13 @@ class TaskQueue:
 
     # -- picking
     def _pick_gold(self, operator_id: int) -> int | None:
-        total, gold = self.conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(is_gold), 0) FROM assignments WHERE operator_id = ?",
-            (operator_id,)).fetchone()
-        if self.cfg.gold_rate <= 0 or gold >= self.cfg.gold_rate * (total + 1):
+        """A gold pair new to the operator when their next task is a gold slot."""
+        if self.cfg.gold_rate <= 0:
+            return None
+        n = self.conn.execute("SELECT COUNT(*) FROM assignments WHERE operator_id = ?",
+                              (operator_id,)).fetchone()[0]
+        slots = gold_slots(self.gold_secret, operator_id, self.cfg.gold_rate, n)
+        if not slots or slots[-1] != n:
             return None
         row = self.conn.execute(
             "SELECT p.id FROM pairs p WHERE p.gold IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "

@@ -5,11 +5,34 @@ from the segment views. Every panel of a pair shares its y axis between the two 
 so heights compare at a glance. Policy names are not shown (the comparison is blind).
 Keyboard: Left = A better, Right = B better, Down or ``=`` = equally good, ``s`` = can't
 tell (skip); keys are ignored while the note field has focus.
+
+Nothing is styled inline (the Content-Security-Policy allows no inline style): the
+legend swatches take classes of the stylesheet, made from the palettes below (one
+source for the stylesheet and the script); the charts colour SVG ``fill``/``stroke``
+attributes; the space the fixed choice bar needs under the page is a CSS variable the
+script sets through the CSSOM as the bar changes height.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+
+# every palette is distinct; every power state has its own colour
+LINE_COLORS = ("#0b5cad", "#c2410c", "#15803d", "#7e22ce", "#a16207", "#0e7490", "#be185d")
+SLA_COLORS = ("#b91c1c", "#7e22ce", "#c2410c", "#0e7490")
+STATE_COLORS = {"active": "#15803d", "idle": "#84cc16", "waking": "#f59e0b",
+                "booting": "#c2410c", "asleep": "#38bdf8", "suspended": "#7c3aed",
+                "off": "#374151"}
+
+
+def swatch_css() -> str:
+    """One class per palette entry: ``.sw.line-I``, ``.sw.sla-I``, ``.sw.state-NAME``."""
+    rules = [f".sw.line-{i} {{ background:{c}; }}" for i, c in enumerate(LINE_COLORS)]
+    rules += [f".sw.sla-{i} {{ background:{c}; }}" for i, c in enumerate(SLA_COLORS)]
+    rules += [f".sw.state-{k} {{ background:{c}; }}" for k, c in STATE_COLORS.items()]
+    return "\n".join(rules) + "\n"
+
 
 CSS = r"""
 :root { --fg:#1b1f24; --muted:#4a5563; --bg:#f6f7f9; --card:#fff; --line:#d0d5dc;
@@ -25,7 +48,8 @@ header.top .who { margin-left:auto; font-size:.9rem; }
 header.top a, header.top button.link { color:#fff; }
 button.link { background:none; border:0; text-decoration:underline; cursor:pointer;
   font:inherit; padding:0; }
-main { padding: .75rem 1rem 5.5rem; max-width: 1500px; margin: 0 auto; }
+main { padding: .75rem 1rem calc(var(--bar-h, 5.5rem) + .75rem); max-width: 1500px;
+  margin: 0 auto; }
 :focus-visible { outline:3px solid var(--focus); outline-offset:2px; }
 .login { max-width: 26rem; margin: 4rem auto; background:var(--card); padding:1.5rem;
   border:1px solid var(--line); border-radius:8px; }
@@ -51,7 +75,7 @@ dl.summary dd { margin:0; text-align:right; font-variant-numeric: tabular-nums;
   flex-wrap:wrap; align-items:center; }
 .panel h3 .unit { color:var(--muted); font-weight:400; }
 .legend { display:inline-flex; gap:.5rem; flex-wrap:wrap; font-weight:400; font-size:.78rem; }
-.legend i { display:inline-block; width:.7rem; height:.7rem; border-radius:2px;
+.legend .sw { display:inline-block; width:.7rem; height:.7rem; border-radius:2px;
   margin-right:.2rem; vertical-align:-1px; }
 svg.chart { width:100%; height:auto; display:block; }
 svg.chart text { font-size:11px; fill:#4a5563; }
@@ -86,7 +110,7 @@ svg.chart text { font-size:11px; fill:#4a5563; }
 .cards > div { background:#fff; border:1px solid var(--line); border-radius:8px;
   padding:.6rem .9rem; min-width:10rem; }
 .sr-only { position:absolute; width:1px; height:1px; overflow:hidden; clip:rect(0 0 0 0); }
-"""
+""" + swatch_css()
 
 COMMON_JS = r"""
 "use strict";
@@ -151,11 +175,12 @@ function setupLogin(onReady) {
 }
 """
 
-LABEL_JS = r"""
-const COLORS = ["#0b5cad", "#c2410c", "#15803d", "#7e22ce", "#a16207", "#0e7490", "#be185d"];
-const STATE_COLORS = {active: "#15803d", idle: "#65a30d", waking: "#d97706",
-  booting: "#d97706", asleep: "#64748b", suspended: "#475569", off: "#1e293b"};
-const STATE_ORDER = ["active", "idle", "waking", "booting", "asleep", "suspended", "off"];
+LABEL_JS = f"""
+const COLORS = {json.dumps(list(LINE_COLORS))};
+const SLA_COLORS = {json.dumps(list(SLA_COLORS))};
+const STATE_COLORS = {json.dumps(STATE_COLORS)};
+const STATE_ORDER = {json.dumps(list(STATE_COLORS))};
+""" + r"""
 const PANELS = [
   {id: "grid", title: "Grid draw", unit: "kW", kind: "line",
    match: (k) => k === "grid_kw" || k === "solar_kw"},
@@ -189,12 +214,15 @@ function panelKeys(panel, series) {
   return ks;
 }
 function label(k) { return NAMES[k] || (k.includes(":") ? k.split(":")[1] : k); }
-const SLA_COLORS = ["#b91c1c", "#7e22ce", "#c2410c", "#0e7490"];
-function color(panel, k, i) {
-  if (panel.kind === "stack") return STATE_COLORS[k.slice(8)] || COLORS[i % COLORS.length];
-  if (panel.id === "sla") return SLA_COLORS[i % SLA_COLORS.length];
-  return COLORS[i % COLORS.length];
+function swatch(panel, k, i) {
+  // [colour, class of the stylesheet]: the same palette entry
+  const st = k.slice(8);
+  if (panel.kind === "stack" && STATE_COLORS[st]) return [STATE_COLORS[st], "state-" + st];
+  if (panel.id === "sla") return [SLA_COLORS[i % SLA_COLORS.length],
+                                  "sla-" + (i % SLA_COLORS.length)];
+  return [COLORS[i % COLORS.length], "line-" + (i % COLORS.length)];
 }
+function color(panel, k, i) { return swatch(panel, k, i)[0]; }
 function niceMax(hi) {
   if (!(hi > 0)) return 1;
   const e = Math.pow(10, Math.floor(Math.log10(hi)));
@@ -320,7 +348,8 @@ function renderPair(main, task) {
     if (!keys.length) continue;
     const range = yRange(panel, keys, [task.left, task.right]);
     const legend = keys.length > 1 ? el("span", {class: "legend"}, ...keys.map((k, i) =>
-      el("span", {}, el("i", {style: `background:${color(panel, k, i)}`}), label(k)))) : null;
+      el("span", {}, el("i", {class: "sw " + swatch(panel, k, i)[1], "aria-hidden": "true"}),
+         label(k)))) : null;
     for (const [box, view, nm] of [[a, task.left, "A"], [b, task.right, "B"]]) {
       const cores = panel.id === "queue" && (view.units || {}).queue === "cores";
       const div = el("div", {class: "panel", "data-panel": panel.id},
@@ -398,6 +427,15 @@ async function choose(choice) {
     if (btn) setTimeout(() => btn.classList.remove("pressed"), 150);
   }
 }
+function padForBar() {
+  // the page ends above the fixed bar, whatever its height (it wraps on narrow windows)
+  const bar = document.getElementById("choices");
+  const fit = () => document.documentElement.style.setProperty("--bar-h",
+    (bar.hidden ? 0 : bar.getBoundingClientRect().height) + "px");
+  new ResizeObserver(fit).observe(bar);
+  new MutationObserver(fit).observe(bar, {attributes: true, attributeFilter: ["hidden"]});
+  fit();
+}
 function buildBar() {
   const row = document.querySelector("#choices .row");
   for (const [c, text, key] of CHOICES) {
@@ -430,6 +468,7 @@ setupLogin((me) => {
   const main = document.querySelector("main");
   main.replaceChildren(el("div", {id: "work"}));
   buildBar();
+  padForBar();
   load();
 });
 """
@@ -500,7 +539,8 @@ def _shell(title: str, script: str, nav: str) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><link rel="stylesheet" href="/static/label.css?v={_v(CSS)}"></head>
+<title>{title}</title><link rel="icon" href="/favicon.ico" sizes="16x16">
+<link rel="stylesheet" href="/static/label.css?v={_v(CSS)}"></head>
 <body><header class="top"><h1>{title}</h1>{nav}
 <span class="who" id="session" hidden>Signed in as <strong id="who"></strong>
 <span id="count-wrap"> · labelled <span id="count">0</span> this session</span> ·
