@@ -105,10 +105,11 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     raw = list(exc.errors())
     unparsable = [e for e in raw if e.get("type") == "json_invalid"]
     if unparsable:  # loc is ("body", character position)
-        loc = tuple(unparsable[0].get("loc", ()))
+        error = unparsable[0]
+        loc = tuple(error.get("loc", ()))
+        why = (error.get("ctx") or {}).get("error") or error.get("msg") or "invalid JSON"
         where = f" at character {loc[-1]}" if len(loc) > 1 else ""
-        message = f"the body is not valid JSON ({clean_message(unparsable[0].get('msg', ''))}" \
-                  f"{where})"
+        message = f"the body is not valid JSON ({clean_message(str(why))}{where})"
         return JSONResponse({"error": message, "errors": [{"field": "body",
                                                            "message": message}]},
                             status_code=400)

@@ -355,6 +355,10 @@ def test_a_body_that_is_not_json_is_400_and_json_that_fails_validation_is_422(cl
         out = response.json()
         assert set(out) == {"error", "errors"} and out["errors"][0]["field"] == "body"
         assert "not valid JSON" in out["error"] and "at character" in out["error"], out
+    cut = NOT_JSON[0]  # truncated: the parser stops at its end
+    out = client.post(path, content=cut, headers=AUTH_JSON).json()
+    assert out["error"] == f"the body is not valid JSON (Expecting value at character " \
+                           f"{len(cut)})", out
     for raw in JSON_BUT_INVALID:
         response = client.post(path, content=raw, headers=AUTH_JSON)
         assert response.status_code == 422, (raw, response.text)
@@ -507,3 +511,27 @@ def test_a_spec_over_the_documented_length_is_refused_by_the_schema(client):
         assert out["errors"][0]["field"] == "policy" and says in out["error"], out
     schema = client.get("/openapi.json").json()["components"]["schemas"]["RolloutRequest"]
     assert schema["properties"]["policy"]["anyOf"][0]["maxLength"] == MAX_POLICY_SPEC
+
+
+def test_field_path_and_clean_message_on_pydantics_own_errors():
+    """Without the service: pydantic's errors for a bad trajectory action carry validator
+    reprs in ``loc``; the path keeps the places in the body, with or without the body."""
+    from pydantic import ValidationError
+
+    from cloudrl.serving.errors import clean_message, field_errors, field_path
+    from cloudrl.serving.schemas import Trajectory
+
+    body = {"steps": [{"state": {"servers": [{"tier": "a"}]}, "action": [0, -8]}]}
+    with pytest.raises(ValidationError) as info:
+        Trajectory.model_validate(body)
+    raw = info.value.errors()
+    assert any("functools" in str(e["loc"]) for e in raw)  # what pydantic itself says
+    assert {e["field"] for e in field_errors(raw, body)} == {"steps[0].action",
+                                                            "steps[0].action[1]"}
+    assert {field_path(e["loc"]) for e in raw} <= {"steps[0].action", "steps[0].action[1]",
+                                                   "steps[0].action.int"}
+    assert field_path(()) == "body" and field_path(("servers", 2, "tier"), {
+        "servers": []}) == "servers[2].tier"  # off the body, plain names are kept
+    assert field_path(("jobs", 0, "age"), {"jobs": [{}]}) == "jobs[0].age"  # missing
+    assert clean_message("bad <function f at 0x7f00ab> here") == "bad here"
+    assert "0x" not in clean_message(str(raw[0]["loc"]))

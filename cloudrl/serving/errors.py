@@ -35,10 +35,8 @@ def field_path(loc: Sequence[Any], body: Any = _UNKNOWN) -> str:
     last = len(loc) - 1
     for i, step in enumerate(loc):
         if isinstance(step, int) and not isinstance(step, bool):
-            if isinstance(node, list) and 0 <= step < len(node):
-                node = node[step]
-            elif node is not _UNKNOWN:
-                node = None
+            node = node[step] if isinstance(node, list) and 0 <= step < len(node) \
+                else _UNKNOWN  # off the body: keep plain names from here
             steps.append(step)
             continue
         step = str(step)
