@@ -81,7 +81,7 @@ docs: $(TEST_STAMP)
 	  NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"
 
 docs-serve: $(TEST_STAMP)
-	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
 
 test: $(TEST_STAMP) browser docs
 	$(PY) -m pytest -q

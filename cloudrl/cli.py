@@ -448,23 +448,34 @@ def _write_demo_report(args: argparse.Namespace, result: dict[str, Any] | None, 
     from cloudrl.demo_report import DemoReport, machine_line, today, write_report
     from cloudrl.evaluate import format_table
 
-    sections, notes = [], []
+    sections, notes, figures = [], [], []
+    page_dir = Path(args.report_md).parent if args.report_md else Path()
     if scenario is not None:
         from cloudrl.scenarios.demo import format_table as scenario_table
         from cloudrl.scenarios.demo import verdict
 
-        sections.append((f"{scenario.scenario}: the committed learned policy, live, "
-                         f"{scenario.n_seeds} test seeds",
+        heading = (f"{scenario.scenario}: the committed learned policy, live, "
+                   f"{scenario.n_seeds} test seeds")
+        sections.append((heading,
                          scenario_table(scenario, markdown=True) + "\n\n" + verdict(scenario)))
         notes += scenario.notes
+        if scenario.picture:
+            figures.append((heading, Path(os.path.relpath(scenario.picture, page_dir)).as_posix(),
+                            f"{scenario.scenario}, one test episode: price and carbon; the grid "
+                            f"draw of the learned policy, the heuristic, the MPC and the oracle; "
+                            f"busy batch cores"))
     if result is not None:
         sections += [(result["titles"][group], format_table(rows, markdown=True))
                      for group, rows in result["tables"].items()]
         notes.append(LEARNED_NOTE)
+        if args.report_img:
+            figures.append(("", Path(os.path.relpath(args.report_img, page_dir)).as_posix(),
+                            "Energy against SLA violation rate for each policy of the training "
+                            "part, with 95% confidence bars"))
     flags = "" if args.n_servers == 15 and args.workload == "poisson" else \
         f" --workload {args.workload} --n-servers {args.n_servers}"
     report = DemoReport(title="What the demo prints", command=f"cloudrl demo{flags}",
-                        sections=sections, notes=notes, wall_s=wall_s,
+                        sections=sections, notes=notes, figures=figures, wall_s=wall_s,
                         machine=machine_line(load), date=today())
     written = write_report(report, args.report_md) if args.report_md else []
     if args.report_img and result is not None:  # drawn from the same tables as the page

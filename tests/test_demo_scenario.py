@@ -115,6 +115,8 @@ def test_demo_cli_scenario_part_logs_to_mlflow(checkpoint, tmp_path, capsys):
     assert "learned.vs_mpc_pct" in run.data.metrics
     page = (tmp_path / "demo.md").read_text()
     assert "tiny: the committed learned policy" in page and "| learned |" in page
+    assert "](ep.png)" in page and "\n*tiny, one test episode: " in page  # the picture, captioned
+    assert (tmp_path / "ep.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -132,12 +132,34 @@ def test_sync_readme_and_write_report(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["demo.md", "demo.png"]
     page = paths[0].read_text()
     assert "**poisson, N=15**" in page and "| ffd |" in page and "2 min 5 s" in page
+    assert "![" not in page  # no figures asked for, none drawn
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{BEGIN}\n{END}\n")
     assert main([str(readme), str(paths[0])]) == 0
     assert readme_block(readme.read_text()) == report_body(page)
     assert main([str(readme), str(tmp_path / "missing.md")]) == 2
     assert main([]) == 2
+
+
+def test_figures_follow_their_section_on_the_page_and_stay_out_of_the_readme() -> None:
+    from cloudrl.demo_report import DemoReport
+
+    report = DemoReport(title="T", command="cloudrl demo",
+                        sections=[("part one", "| a |\n|---|\n| 1 |"),
+                                  ("part two", "| b |\n|---|\n| 2 |")],
+                        figures=[("part one", "../img/one.png", "first caption"),
+                                 ("elsewhere", "img/two.png", "second caption")],
+                        machine="2 CPU cores", date="today")
+    page = report.to_markdown()
+    one, two = page.index("![first caption](../img/one.png)"), page.index("](img/two.png)")
+    assert page.index("| 1 |") < one < page.index("**part two**") < page.index("| 2 |") < two
+    assert "\n*first caption*\n" in page and "\n*second caption*\n" in page
+    body = report_body(page)
+    assert "![" not in body and "caption" not in body and "<!--" not in body
+    assert "\n\n\n" not in body  # a figure leaves no double blank line behind
+    without = DemoReport(title="T", command="cloudrl demo", sections=report.sections,
+                         machine="2 CPU cores", date="today")
+    assert body == report_body(without.to_markdown())
 
 
 def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsys) -> None:
@@ -164,6 +186,7 @@ def test_demo_writes_its_report_from_the_comparison(tmp_path, monkeypatch, capsy
     assert "**poisson, N=15, 50 test seeds**" in page and "| power_aware [branching]" in page
     assert "Produced by `cloudrl demo` on " in page and "CPU cores" in page
     assert png.read_bytes()[:4] == b"\x89PNG"  # drawn from the same tables as the page
+    assert "](img/demo.png)" in page  # shown on the page, relative to it
     assert f"wrote {md}" in capsys.readouterr().out
 
 
@@ -174,6 +197,24 @@ def test_the_docs_build_is_strict_and_not_quiet() -> None:
     assert "mktemp -d" in recipe  # the site goes to a temporary directory
     test = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n", 1)[0]
     assert "docs" in test.split()
+
+
+def test_docs_serve_hides_the_themes_mkdocs_2_banner_like_the_build() -> None:
+    """mkdocs-material prints a MkDocs 2.0 banner unless NO_MKDOCS_2_WARNING is set; both
+    targets that run mkdocs set it."""
+    make = (ROOT / "Makefile").read_text()
+    for target in ("docs", "docs-serve"):
+        recipe = make.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert "NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs " in recipe, target
+
+
+def test_the_demo_page_shows_both_pictures_with_captions() -> None:
+    page = (ROOT / "docs" / "results" / "demo.md").read_text()
+    for name in ("demo_scenario.png", "demo.png"):
+        m = re.search(r"^!\[([^\]]+)\]\(\.\./img/" + re.escape(name) + r"\)$", page, re.M)
+        assert m, f"docs/results/demo.md does not show docs/img/{name}"
+        assert f"\n*{m.group(1)}*\n" in page  # the caption under it
+        assert (ROOT / "docs" / "img" / name).stat().st_size > 10_000
 
 
 # --- the prose around the demo's block says what the block says ---------------------------
