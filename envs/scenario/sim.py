@@ -37,6 +37,7 @@ work can be pushed past the horizon.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ import numpy as np
 
 from envs.fleet import Fleet
 from envs.scenario.config import BATCH, LATENCY_CRITICAL, ScenarioConfig
-from envs.scenario.jobs import expected_load, generate_jobs, hours_of_week
+from envs.scenario.jobs import ClassJobs, expected_load, generate_jobs, hours_of_week
 from envs.signals import SignalSeries, make_signals
 
 ACTIVE, SUSPENDED, OFF, RESUMING, BOOTING = 0, 1, 2, 3, 4
@@ -187,6 +188,47 @@ class ScenarioSim:
         self.stats = ScenarioStats()
         self.last = TickCost(0, 0, 0, 0, 0, 0, 0, (0, 0))
         self.queued_cores = 0.0
+
+    # ------------------------------------------------------------------ copies for planners
+    def clone(self) -> ScenarioSim:
+        """A copy that ticks on independently of this one: the episode's read-only tables
+        (jobs, signals, calendar, expected load, fleet) are shared, the mutable state is
+        copied. Far cheaper than ``copy.deepcopy`` (planners roll many copies forward)."""
+        new = copy.copy(self)
+        for name in ("job_start", "state", "countdown", "suspended_at", "used", "n_running"):
+            setattr(new, name, getattr(self, name).copy())
+        new._server = list(self._server)
+        new.run_queue = list(self.run_queue)
+        new.pool = deque(self.pool)
+        new._finish_at = {k: list(v) for k, v in self._finish_at.items()}
+        new.stats = copy.deepcopy(self.stats)
+        return new
+
+    def with_future(self, future: ClassJobs, signals: SignalSeries | None = None
+                    ) -> ScenarioSim:
+        """A :meth:`clone` whose jobs not yet arrived (arriving at tick ``t`` or later) are
+        ``future``'s instead (arrival ticks >= ``t``, sorted), and whose signal series is
+        ``signals`` if given (any object with the three per-tick arrays): a planner's
+        sampled or blanked future. The jobs that have arrived keep their ids."""
+        if len(future) and int(future.arrival.min()) < self.t:
+            raise ValueError(f"future: arrivals before tick {self.t}")
+        new = self.clone()
+        k = self._next
+        past = self.jobs
+        jobs = ClassJobs(*(np.concatenate([getattr(past, f)[:k], getattr(future, f)])
+                           for f in ("arrival", "cls", "cores", "duration", "deadline")))
+        new.jobs = jobs
+        new._arrival = jobs.arrival.tolist()
+        new._cls = jobs.cls.tolist()
+        new._cores = jobs.cores.tolist()
+        new._duration = jobs.duration.tolist()
+        new._deadline = jobs.deadline.tolist()
+        new._latest = (jobs.deadline - jobs.duration).tolist()
+        new.job_start = np.concatenate([new.job_start[:k], np.full(len(future), -1, np.int64)])
+        new._server = new._server[:k] + [-1] * len(future)
+        if signals is not None:
+            new.signals = signals
+        return new
 
     # ------------------------------------------------------------------ controls
     def set_controls(self, release_util: float, ready_cores: float) -> None:
