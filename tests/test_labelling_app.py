@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -548,3 +549,43 @@ def test_scenario_enqueue_without_pvlib_is_one_line_exit_2(tmp_path):
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT COUNT(*) FROM pairs").fetchone()[0] == 0
     conn.close()
+
+
+# ----------------------------------------------------------------------------- palette
+
+
+def _lab(hex_colour: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of an sRGB colour."""
+    lin = [(c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4)
+           for c in (int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5))]
+    xyz = [sum(m * v for m, v in zip(row, lin, strict=True)) for row in (
+        (0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505))]
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    fx, fy, fz = f(xyz[0] / 0.95047), f(xyz[1]), f(xyz[2] / 1.08883)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def test_every_power_state_has_its_own_colour_and_nothing_is_styled_inline():
+    import itertools
+
+    from cloudrl.labelling import ui
+    from cloudrl.labelling.scenario_segments import STATES
+
+    states = ui.STATE_COLORS
+    # the states the producers emit (scenarios; the synthetic and cluster segments)
+    assert set(STATES) | {"active", "waking", "asleep"} <= set(states)
+    for palette in (list(states.values()), ui.LINE_COLORS, ui.SLA_COLORS):
+        assert len({c.lower() for c in palette}) == len(palette), palette
+    # and far apart to the eye (CIE76 distance; 2.3 is a just-noticeable difference)
+    closest = min((math.dist(_lab(states[a]), _lab(states[b])), a, b)
+                  for a, b in itertools.combinations(states, 2))
+    assert closest[0] > 25, closest
+    for name, colour in states.items():  # the legend's classes carry the same colours
+        assert f".sw.state-{name} {{ background:{colour}; }}" in ui.CSS
+    for js in (ui.LABEL_JS, ui.COMMON_JS, ui.ADMIN_JS):
+        assert "style:" not in js and '"style"' not in js and ".style =" not in js
+    for html in (ui.LABEL_HTML, ui.ADMIN_HTML):
+        assert "style=" not in html and "<style" not in html

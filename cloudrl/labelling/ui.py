@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-# every palette is distinct; every power state has its own colour
+# no colour repeats within a palette: every power state has its own, far apart to the eye
 LINE_COLORS = ("#0b5cad", "#c2410c", "#15803d", "#7e22ce", "#a16207", "#0e7490", "#be185d")
 SLA_COLORS = ("#b91c1c", "#7e22ce", "#c2410c", "#0e7490")
 STATE_COLORS = {"active": "#15803d", "idle": "#84cc16", "waking": "#f59e0b",
