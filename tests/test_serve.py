@@ -366,7 +366,7 @@ def serve_command(args: list[str], port: int, env: dict[str, str] | None = None,
             try:
                 if client.call("GET", "/healthz")[0] == 200:
                     break
-            except OSError:
+            except (OSError, ValueError):  # not up, or Serve's proxy's plain-text 404/503
                 pass
             assert proc.poll() is None, "cloudrl serve exited"
             time.sleep(2)
