@@ -162,6 +162,23 @@ def test_history_patterns_leave_ordinary_text(text: str) -> None:
     assert history_mentions(text) == []
 
 
+def test_extra_css_keeps_the_themes_table_scroll() -> None:
+    """Wide tables scroll inside the column: the theme wraps each table in
+    .md-typeset__scrollwrap (overflow-x: auto); the site's CSS must not undo that."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+    sheets = config.get("extra_css", [])
+    assert sheets, "mkdocs.yml names no extra_css"
+    for sheet in sheets:
+        css = (DOCS / sheet).read_text()
+        for rule in css.split("}"):
+            selector, _, body = rule.partition("{")
+            if "scrollwrap" in selector or "table" in selector:
+                assert "overflow" not in body, f"{sheet}: {selector.strip()} sets overflow"
+                assert "white-space: nowrap" not in body, f"{sheet}: {selector.strip()}"
+            if "table" in selector and "min-width" in body:
+                assert "5rem" not in body  # the theme's per-column minimum is what overflowed
+
+
 @pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
