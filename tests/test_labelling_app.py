@@ -545,7 +545,8 @@ def test_scenario_enqueue_without_pvlib_is_one_line_exit_2(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert lines[0].startswith("cloudrl: enqueue: --from-scenario solar_site: ")
-    assert "pvlib" in lines[0] and "pip install 'cloudrl[solar]'" in lines[0]
+    assert lines[0].endswith("its solar signal needs pvlib, the 'solar' extra: "
+                             "pip install 'cloudrl[solar]'")
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT COUNT(*) FROM pairs").fetchone()[0] == 0
     conn.close()

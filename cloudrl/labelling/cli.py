@@ -161,7 +161,9 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
                                              args.seeds or [0, 1], args.segment_length,
                                              args.stride)
             except ImportError as e:  # a scenario that needs an extra (pvlib: solar)
-                raise ConfigError(f"--from-scenario {args.from_scenario}: {e}") from None
+                why = ("its solar signal needs pvlib, the 'solar' extra: pip install "
+                       "'cloudrl[solar]'") if "pvlib" in str(e) else str(e)
+                raise ConfigError(f"--from-scenario {args.from_scenario}: {why}") from None
             pairs = enqueue.make_pairs(segments, args.pairs, seed=args.seed)
             specs = [PairSpec(a=a, b=b, source="scenario") for a, b in pairs]
         else:
