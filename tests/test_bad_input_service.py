@@ -403,10 +403,10 @@ def test_a_bad_trajectory_action_names_the_field_without_validator_internals(
     response = client.post("/v1/feedback", json=body, headers=AUTH_JSON)
     assert response.status_code == 422
     _assert_clean(response)
-    fields = {e["field"].split("[1].action", 1)[0] + "[1].action"
-              for e in response.json()["errors"]}
-    assert fields == {"pairs[0].a.trajectory.steps[1].action"}, response.text
-    assert message in response.json()["error"]
+    errors = response.json()["errors"]  # one per bad value: the action's form picks its check
+    where = "pairs[0].a.trajectory.steps[1].action" + ("[1]" if isinstance(action, list) else "")
+    assert [e["field"] for e in errors] == [where], errors
+    assert message in errors[0]["message"]
 
 
 def _places(node, prefix: tuple = ()):
@@ -514,24 +514,35 @@ def test_a_spec_over_the_documented_length_is_refused_by_the_schema(client):
 
 
 def test_field_path_and_clean_message_on_pydantics_own_errors():
-    """Without the service: pydantic's errors for a bad trajectory action carry validator
-    reprs in ``loc``; the path keeps the places in the body, with or without the body."""
-    from pydantic import ValidationError
+    """Without the service, on a model with an undiscriminated union of constrained
+    integers (what ``action`` was): pydantic's ``loc`` names the members by their validators'
+    reprs; the path keeps the places in the body, with or without the body."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, Field, ValidationError
 
     from cloudrl.serving.errors import clean_message, field_errors, field_path
-    from cloudrl.serving.schemas import Trajectory
+    from cloudrl.serving.schemas import Int
 
-    body = {"steps": [{"state": {"servers": [{"tier": "a"}]}, "action": [0, -8]}]}
+    Index = Annotated[Int, Field(ge=0, le=99)]
+
+    class Step(BaseModel):
+        action: Index | list[Index]
+
+    class Steps(BaseModel):
+        steps: list[Step]
+
+    body = {"steps": [{"action": 4}, {"action": [0, -8]}]}
     with pytest.raises(ValidationError) as info:
-        Trajectory.model_validate(body)
+        Steps.model_validate(body)
     raw = info.value.errors()
     assert any("functools" in str(e["loc"]) for e in raw)  # what pydantic itself says
-    assert {e["field"] for e in field_errors(raw, body)} == {"steps[0].action",
-                                                            "steps[0].action[1]"}
-    assert {field_path(e["loc"]) for e in raw} <= {"steps[0].action", "steps[0].action[1]",
-                                                   "steps[0].action.int"}
+    assert {e["field"] for e in field_errors(raw, body)} == {"steps[1].action",
+                                                            "steps[1].action[1]"}
+    assert {field_path(e["loc"]) for e in raw} == {"steps[1].action", "steps[1].action[1]"}
     assert field_path(()) == "body" and field_path(("servers", 2, "tier"), {
         "servers": []}) == "servers[2].tier"  # off the body, plain names are kept
-    assert field_path(("jobs", 0, "age"), {"jobs": [{}]}) == "jobs[0].age"  # missing
+    assert field_path(("jobs", 0, "age"), {"jobs": [{}]}, missing=True) == "jobs[0].age"
+    assert field_path(("jobs", 0, "index"), {"jobs": [{}]}, missing=False) == "jobs[0]"
     assert clean_message("bad <function f at 0x7f00ab> here") == "bad here"
     assert "0x" not in clean_message(str(raw[0]["loc"]))

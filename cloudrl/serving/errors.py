@@ -22,14 +22,15 @@ _INTERNALS = re.compile(r"functools\.partial\(.*?\)(\(\))?|<[^<>]*\bat 0x[0-9a-f
 _UNKNOWN = object()  # the body below this step is not known
 
 
-def field_path(loc: Sequence[Any], body: Any = _UNKNOWN) -> str:
+def field_path(loc: Sequence[Any], body: Any = _UNKNOWN, missing: bool | None = None) -> str:
     """``servers[3].used_cpu_cores`` for a pydantic ``loc`` (without FastAPI's leading
     ``"body"``), or ``"body"`` for the body as a whole.
 
     With the parsed ``body`` the path follows it: a step is kept where the body has it (a
     key of an object, an index of an array), and the last step when it names a missing
-    field; the steps pydantic adds for the members of a union are not in the body and are
-    left out. Without the body, a step is kept when it is an index or a plain name."""
+    field (``missing``: the error is pydantic's ``missing``; None: any plain name may be);
+    the steps pydantic adds for the members of a union are not in the body and are left
+    out. Without the body, a step is kept when it is an index or a plain name."""
     node = body
     steps: list[str | int] = []
     last = len(loc) - 1
@@ -43,7 +44,8 @@ def field_path(loc: Sequence[Any], body: Any = _UNKNOWN) -> str:
         if isinstance(node, dict) and step in node:
             node = node[step]
             steps.append(step)
-        elif (node is _UNKNOWN or (isinstance(node, dict) and i == last)) \
+        elif (node is _UNKNOWN or (isinstance(node, dict) and i == last
+                                   and missing is not False)) \
                 and _NAME.match(step):  # a field (or one the body lacks: a missing one)
             steps.append(step)
         # else: a union member's name, not a place in the body
@@ -68,6 +70,6 @@ def field_errors(errors: Iterable[dict[str, Any]], body: Any = _UNKNOWN,
         loc = tuple(error.get("loc", ()))
         if prefix and loc[:len(prefix)] == prefix:
             loc = loc[len(prefix):]
-        out.append({"field": field_path(loc, body),
+        out.append({"field": field_path(loc, body, error.get("type") == "missing"),
                     "message": clean_message(error.get("msg", "invalid value"))})
     return out

@@ -23,7 +23,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
 
 from envs.snapshot import MAX_JOBS, MAX_TICKS
 
@@ -254,10 +262,23 @@ class RolloutRequest(_Strict):
         return self
 
 
+Index = Annotated[Int, Field(ge=0, le=MAX_ACTION)]
+
+
+def _index_or_indices(value: object) -> str:
+    """The member of :data:`Action` a value is checked against: a JSON array is a branching
+    action, anything else a flat one (so a bad value gets one error, not one per member)."""
+    return "indices" if isinstance(value, list) else "index"
+
+
+Action = Annotated[Annotated[Index, Tag("index")] | Annotated[list[Index], Tag("indices")],
+                   Discriminator(_index_or_indices)]
+
+
 class TrajectoryStep(_Strict):
     state: ClusterState
-    action: Annotated[Int, Field(ge=0, le=MAX_ACTION)] | list[
-        Annotated[Int, Field(ge=0, le=MAX_ACTION)]]
+    action: Action = Field(description="the env's raw action: an index (flat interface) or "
+                           f"one per branch (branching), each 0 to {MAX_ACTION:,}")
     reward: float | None = Field(default=None, ge=-1e12, le=1e12)
 
 
