@@ -6,7 +6,9 @@ name, and workload fields without a kind (those of the default, ``poisson``).
 RLlib hands envs an ``EnvContext`` (a dict); it goes through here.
 
 Validation also refuses a config whose episode would create more jobs, ticks or bytes
-than ``sim.limits`` allows (``envs.workloads.work_size``), naming the field. A trace
+than ``sim.limits`` allows (``envs.workloads.work_size``; with signals, the bytes of the
+signal timebase too), naming the field, and a signal file that is unreadable or does not
+cover an episode and its forecast horizon (``envs.signals.real.check_source``). A trace
 workload is checked against its file when the file loads (read once per file version);
 a missing or invalid file is left to the checks that report files.
 
@@ -26,7 +28,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from envs.sim_config import MAX_WEIGHT, SimConfig, StrictConfig
 from envs.workloads import PoissonConfig, WorkloadConfig, WorkSizeError, make_workload
-from envs.workloads.work_size import check_episode_work
+from envs.workloads.work_size import check_episode_work, check_signal_work
 
 
 class EnvConfig(StrictConfig):
@@ -111,7 +113,13 @@ class EnvConfig(StrictConfig):
             raise
         except (OSError, ValueError):  # a trace file that does not load: reported elsewhere
             return self
-        check_episode_work(self.sim, workload)
+        work = check_episode_work(self.sim, workload)
+        if self.signals is not None:  # the signal timebase, then a real source's file
+            from envs.signals.real import check_source
+
+            horizon = self.signals.horizon_ticks(self.sim.tick_seconds)
+            ticks = check_signal_work(self.sim, self.signals.horizon_hours, horizon, work)
+            check_source(self.signals, ticks, self.sim.tick_seconds)
         return self
 
     @classmethod

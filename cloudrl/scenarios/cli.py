@@ -8,9 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from cloudrl.scenarios.overrides import scenario_overrides
+from cloudrl.scenarios.overrides import ScenarioInputError, load_variant
 from envs.scenario.catalog import UnknownScenarioError, describe, load_scenario, scenario_names
 
 
@@ -107,19 +105,12 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
     n_servers = getattr(args, "n_servers", None)
     if n_servers is not None and not 1 <= n_servers <= 4096:
         return _fail(f"--n-servers {n_servers}: expected 1..4096 servers")
-    try:
-        overrides = scenario_overrides(getattr(args, "override", None))
-    except ValueError as e:
-        return _fail(str(e))
     # another fleet size keeps the scenario's utilization (the load scales with the fleet)
     try:
-        cfg = load_scenario(args.scenario, overrides, n_servers=n_servers)
-    except ValidationError as e:
-        if overrides is None:
-            raise
-        from cloudrl.config_loader import format_validation_error
-
-        return _fail(format_validation_error(e, "--override"))
+        overrides, cfg = load_variant(args.scenario, getattr(args, "override", None),
+                                      n_servers=n_servers)
+    except ScenarioInputError as e:
+        return _fail(str(e))
     try:
         params = policy_params(args.params) if args.params else None
     except ValueError as e:
@@ -276,7 +267,10 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 
     if args.n_servers is not None and not 1 <= args.n_servers <= 4096:
         return _fail(f"--n-servers {args.n_servers}: expected 1..4096 servers")
-    cfg = load_scenario(args.scenario, n_servers=args.n_servers)
+    try:
+        _, cfg = load_variant(args.scenario, None, n_servers=args.n_servers)
+    except ScenarioInputError as e:
+        return _fail(str(e))
     try:
         mpc_params = json.loads(args.mpc_params) if args.mpc_params else {}
         MPCConfig(**mpc_params)
@@ -339,16 +333,11 @@ def _cmd_scenario_headline(args: argparse.Namespace) -> int:
         if getattr(args, flag, None):
             return _fail(f"headline --scenario: --{flag} belongs to the cluster-env headline; "
                          f"use --params-from to reuse tuned parameters")
-    try:
-        override = scenario_overrides(getattr(args, "override", None))
-    except ValueError as e:
-        return _fail(str(e))
     try:  # an unknown name or a bad override fails before any work
-        load_scenario("tiny" if args.tiny else args.scenario, override)
-    except ValidationError as e:
-        from cloudrl.config_loader import format_validation_error
-
-        return _fail(format_validation_error(e, "--override"))
+        override, _ = load_variant("tiny" if args.tiny else args.scenario,
+                                   getattr(args, "override", None))
+    except ScenarioInputError as e:
+        return _fail(str(e))
     kw = {k: getattr(args, k) for k in ("n_test_seeds", "n_val_seeds", "tune_samples",
                                          "tune_seeds", "mpc_samples", "params_from",
                                          "publish", "headline_json", "workers",

@@ -97,20 +97,16 @@ def recorded_override(data: str) -> dict | None:
 
 
 def _cmd_offline(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from cloudrl.config_loader import format_validation_error
-    from cloudrl.scenarios.overrides import scenario_overrides
-    from envs.scenario.catalog import load_scenario
+    from cloudrl.scenarios.overrides import ScenarioInputError, load_variant
 
     problem = check_args(args)
     if problem:
         return _fail(problem)
     try:
-        override = scenario_overrides(args.override)
-        cfg = load_scenario(args.scenario, override)
-    except ValidationError as e:
-        return _fail(format_validation_error(e, "--override"))
+        override, cfg = load_variant(args.scenario, args.override)
+    except ScenarioInputError as e:  # worded as every scenario command words it
+        print(f"cloudrl: {e}", file=sys.stderr)
+        return 2
     except (ValueError, OSError, KeyError) as e:
         return _fail(str(e).splitlines()[0] if str(e) else repr(e))
     if args.data and recorded_override(args.data) != override:

@@ -134,7 +134,8 @@ class ScenarioConfig(StrictConfig):
                                        description="relative sd of the load forecast at 24 h")
     queue_capacity: int = Field(default=20_000, ge=1, le=1_000_000)
     max_jobs: int = Field(default=400_000, ge=1, le=10_000_000,
-                          description="episodes that would generate more jobs are refused")
+                          description="scenarios whose episodes are expected to create more "
+                                      "jobs are refused when validated (see expected_jobs)")
 
     @model_validator(mode="after")
     def _consistent(self) -> ScenarioConfig:
@@ -147,7 +148,52 @@ class ScenarioConfig(StrictConfig):
         if self.n_ticks > 200_000:
             raise ValueError(f"days: {self.days} days of {self.tick_seconds} s ticks is "
                              f"{self.n_ticks} ticks (> 200000)")
+        self.check_jobs()
+        from envs.signals.real import check_source  # a signal file reads and covers the episode
+
+        check_source(self.signals, self.signal_ticks, self.tick_seconds)
         return self
+
+    def expected_jobs(self) -> tuple[float, ...]:
+        """Per class, the jobs an episode is expected to create at most: the class's arrival
+        rate at its peak hour of the week (``1 + diurnal_amplitude`` over the weekly mean,
+        weekdays), times its expected burst boost (``1 + (burst_factor - 1) x`` the expected
+        share of ticks inside a burst, at most 1), over every arrival tick (``days``). The
+        rate is that of :func:`envs.scenario.jobs.generate_jobs`: ``load_share x
+        utilization x`` fleet cores / (``cores_mean x`` mean duration in ticks). A seed's
+        realised count scatters below and around it (Poisson arrivals, random bursts)."""
+        from envs.fleet import Fleet
+
+        largest = max(t.cpu_cores for t in self.fleet.tiers)
+        fleet_cores = float((Fleet.from_config(self.fleet).cpu_cap * largest).sum())
+        ticks_per_day = 24 * self.ticks_per_hour
+        out = []
+        for c in self.classes:
+            if c.load_share <= 0:
+                out.append(0.0)
+                continue
+            dur_mean = max(1.0, c.duration_min_mean * 60.0 / self.tick_seconds)
+            base = c.load_share * self.utilization * fleet_cores / (c.cores_mean * dur_mean)
+            peak = (1.0 + c.diurnal_amplitude) / (1.0 - c.weekend_dip * 2.0 / 7.0)
+            covered = min(1.0, c.bursts_per_day * max(1, self.minutes_to_ticks(c.burst_minutes))
+                          / ticks_per_day)
+            boost = 1.0 + (c.burst_factor - 1.0) * covered
+            out.append(base * peak * boost * self.n_ticks)
+        return tuple(out)
+
+    def check_jobs(self) -> None:
+        """ValueError naming ``max_jobs`` when :meth:`expected_jobs` sums above it."""
+        per_class = self.expected_jobs()
+        total = sum(per_class)
+        if total > self.max_jobs:
+            parts = " + ".join(f"{name} ~{n:,.0f}" for name, n in zip(CLASS_NAMES, per_class,
+                                                                      strict=True))
+            raise ValueError(
+                f"max_jobs: scenario {self.name!r} is expected to create up to ~{total:,.0f} "
+                f"jobs per episode ({parts}, at each class's peak-hour rate over {self.days:g} "
+                f"days; utilization {self.utilization:g}, fleet.n_servers "
+                f"{self.fleet.n_servers}), above max_jobs {self.max_jobs:,}: lower "
+                "utilization, days or fleet.n_servers, or raise max_jobs")
 
     @field_validator("executor")
     @classmethod
@@ -183,6 +229,12 @@ class ScenarioConfig(StrictConfig):
     def episode_ticks(self) -> int:
         """Arrivals for ``days``, then the drain: every job ends inside the episode."""
         return self.n_ticks + self.drain_ticks
+
+    @property
+    def signal_ticks(self) -> int:
+        """Ticks of the signal series an episode builds: the episode, the forecast horizon,
+        one more (as :class:`envs.scenario.sim.ScenarioSim` does)."""
+        return self.episode_ticks + int(round(self.signals.horizon_hours * self.ticks_per_hour)) + 1
 
     @property
     def decision_ticks(self) -> int:

@@ -61,7 +61,10 @@ def expected_load(cfg: ScenarioConfig, cls_cfg: JobClassConfig, fleet_cores: flo
 def generate_jobs(cfg: ScenarioConfig, fleet_cores: float, max_cores: float,
                   start_hour_of_week: float, n_ticks: int,
                   rng: np.random.Generator) -> ClassJobs:
-    """Both classes' jobs arriving in ticks ``[0, n_ticks)``."""
+    """Both classes' jobs arriving in ticks ``[0, n_ticks)``. ``max_jobs`` was checked when
+    ``cfg`` was validated (:meth:`ScenarioConfig.check_jobs`, on the expected count); a
+    config built without validation is checked here, before anything is drawn."""
+    cfg.check_jobs()
     parts = []
     how = hours_of_week(cfg, start_hour_of_week, n_ticks)
     for c, ccfg in enumerate(cfg.classes):
@@ -79,10 +82,6 @@ def generate_jobs(cfg: ScenarioConfig, fleet_cores: float, max_cores: float,
             for s in starts.tolist():
                 boost[s:s + length] = ccfg.burst_factor
             rate = rate * boost
-        expected = float(rate.sum())
-        if expected > cfg.max_jobs:
-            raise ValueError(f"scenario {cfg.name!r}: class {c} would create ~{expected:.0f} "
-                             f"jobs per episode (> max_jobs {cfg.max_jobs})")
         counts = rng.poisson(rate)
         arrival = np.repeat(np.arange(n_ticks, dtype=np.int64), counts)
         n = len(arrival)

@@ -14,8 +14,11 @@ column                 required  meaning
 ``solar_kw``           no        on-site solar generation, kW (>= 0)
 =====================  ========  =====================================================
 
-A carbon-only file in the ``Time,Carbon Intensity`` layout (gCO2/kWh; the German 2020
-dataset's own layout) is accepted too; the price then comes from the generator.
+A carbon-only file of two columns is accepted too: a time column (its header holds
+``time`` or ``date``) and a carbon column in gCO2/kWh (its header holds ``carbon`` or
+``co2``), e.g. ``Time,Carbon Intensity`` (the German 2020 dataset's own layout) or
+``datetime,CO2 (gCO2/kWh)`` (case-insensitive); the price then comes from the generator.
+Every error names the column by the file's own header.
 
 Rows are equally spaced (the file's interval is the median step); a single missing row is
 tolerated and forward-filled, a longer gap is an error. Values are resampled to ticks by
@@ -27,17 +30,21 @@ or non-numeric or non-finite value, negative carbon or solar, timestamps not inc
 duplicated, gaps, fewer than two rows, and values in the wrong units: carbon below 5
 everywhere (kg/kWh?) or above 2,000 anywhere (g/MWh?), every price below 2 $/MWh in
 magnitude ($/kWh?) or any above 20,000 (cents or $/GWh?).
+
+The file is read in chunks of ``CHUNK_ROWS`` rows, each parsed into numpy arrays before the
+next: memory stays near the size of the parsed arrays, whatever the file's size.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import datetime as _dt
 import gzip
 import io
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +52,10 @@ import numpy as np
 TIMESTAMP, PRICE, CARBON, SOLAR = "timestamp", "price_usd_per_mwh", "carbon_g_per_kwh", "solar_kw"
 STANDARD_COLUMNS = (TIMESTAMP, PRICE, CARBON, SOLAR)
 REQUIRED_COLUMNS = (TIMESTAMP, PRICE, CARBON)
-CARBON_ONLY_LAYOUT = ("Time", "Carbon Intensity")
+CARBON_ONLY_LAYOUT = ("Time", "Carbon Intensity")  # the German 2020 dataset's header
+TIME_WORDS = ("time", "date")       # a carbon-only file's first header holds one of these
+CARBON_WORDS = ("carbon", "co2")    # ... and its second one of these (case-insensitive)
+CHUNK_ROWS = 65_536                 # rows parsed per chunk: bounds the text held in memory
 
 CARBON_MIN_PLAUSIBLE_MAX = 5.0       # gCO2/kWh: a whole file below this is kg/kWh
 CARBON_MAX_PLAUSIBLE = 2000.0        # gCO2/kWh: lignite is ~1,100; above is g/MWh
@@ -68,6 +78,7 @@ class SignalTable:
     price: np.ndarray | None
     solar: np.ndarray | None
     layout: str                 # "standard" or "carbon-only"
+    headers: dict[str, str] = field(default_factory=dict)  # schema name -> the file's header
 
     @property
     def seconds(self) -> np.ndarray:
@@ -117,14 +128,24 @@ def _fmt_span(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _header(path: Path, first: list[str] | None) -> tuple[str, list[str]]:
-    """The layout and the column names, or a SignalFileError."""
+def _is_carbon_only(names: list[str]) -> bool:
+    """Two columns: a time column, then a carbon column (in gCO2/kWh); a header of schema
+    names is the standard layout (``timestamp,carbon_g_per_kwh`` lacks its price column)."""
+    if len(names) != 2 or set(names) <= set(STANDARD_COLUMNS):
+        return False
+    first, second = (n.lower() for n in names)
+    return (any(w in first for w in TIME_WORDS) and any(w in second for w in CARBON_WORDS)
+)
+
+
+def _header(path: Path, first: list[str] | None) -> tuple[str, list[str], dict[str, str]]:
+    """The layout, the columns' schema names and each schema name's header in the file."""
     if first is None:
         raise SignalFileError(f"{path}: the file is empty (expected a header row: "
                               f"{','.join(REQUIRED_COLUMNS)}[,{SOLAR}])")
     names = [c.strip().lstrip("\ufeff") for c in first]
-    if tuple(n.lower() for n in names) == tuple(c.lower() for c in CARBON_ONLY_LAYOUT):
-        return "carbon-only", [TIMESTAMP, CARBON]
+    if _is_carbon_only(names):
+        return "carbon-only", [TIMESTAMP, CARBON], {TIMESTAMP: names[0], CARBON: names[1]}
     seen = set()
     for i, name in enumerate(names):
         if name in seen:
@@ -133,12 +154,13 @@ def _header(path: Path, first: list[str] | None) -> tuple[str, list[str]]:
         if name not in STANDARD_COLUMNS:
             raise SignalFileError(
                 f"{path} line 1: unknown column {name!r} (expected {', '.join(STANDARD_COLUMNS)}"
-                f" or the carbon-only layout {','.join(CARBON_ONLY_LAYOUT)})")
+                f"; or a carbon-only file of two columns, a time column (its name holding "
+                f"'time' or 'date') and a carbon column ('carbon' or 'co2', gCO2/kWh))")
     for name in REQUIRED_COLUMNS:
         if name not in seen:
             raise SignalFileError(f"{path} line 1: missing column {name!r} (header: "
                                   f"{','.join(names)})")
-    return "standard", names
+    return "standard", names, {n: n for n in names}
 
 
 def _value(path: Path, line: int, column: str, text: str) -> float:
@@ -156,146 +178,223 @@ def _value(path: Path, line: int, column: str, text: str) -> float:
     return v
 
 
+class _Columns:
+    """The file's rows parsed chunk by chunk into numpy arrays (bounded memory: one chunk of
+    text at a time)."""
+
+    def __init__(self, p: Path, names: list[str], shown: dict[str, str],
+                 line_of: _LineMap) -> None:
+        self.p, self.names, self.shown, self.line_of = p, names, shown, line_of
+        self.times: list[np.ndarray] = []
+        self.values: dict[str, list[np.ndarray]] = {n: [] for n in names if n != TIMESTAMP}
+        self.aware: bool | None = None  # whether the first timestamp had a UTC offset
+
+    def add(self, rows: list[list[str]], first: int) -> None:
+        """Parse a chunk of rows whose first is data row ``first``."""
+        if not rows:
+            return
+        lines = _ChunkLines(self.line_of, first)
+        columns = list(zip(*rows, strict=True))
+        self.times.append(self._times(columns[self.names.index(TIMESTAMP)], lines))
+        for k, name in enumerate(self.names):
+            if name != TIMESTAMP:
+                self.values[name].append(self._values(name, columns[k], lines))
+
+    def arrays(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        def cat(parts: list[np.ndarray], dtype: str) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+        return (cat(self.times, "datetime64[s]"),
+                {n: cat(v, "float64") for n, v in self.values.items()})
+
+
+    def _times(self, raw: tuple[str, ...], lines: _ChunkLines) -> np.ndarray:
+        """Timestamps as datetime64[s]: numpy's vectorised parser for plain ISO-8601, row by
+        row (offsets, or to find the bad row) otherwise."""
+        column = self.shown[TIMESTAMP]
+        if min(map(len, raw)) >= 10:  # offsets warn, so they take the row-by-row path
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    out = np.array(raw, dtype="datetime64[s]")
+                if not np.isnat(out).any():
+                    if self.aware:
+                        raise SignalFileError(
+                            f"{self.p} line {lines[0]}, column {column!r}: "
+                            f"{raw[0].strip()!r} mixes times with and without a UTC offset")
+                    self.aware = False
+                    return out
+            except (ValueError, DeprecationWarning, UserWarning) as e:
+                if isinstance(e, SignalFileError):
+                    raise
+        out = np.empty(len(raw), dtype="datetime64[s]")
+        for i, r in enumerate(raw):
+            try:
+                out[i], aware = _parse_time(r)
+            except ValueError:
+                raise SignalFileError(
+                    f"{self.p} line {lines[i]}, column {column!r}: unparseable timestamp "
+                    f"{r.strip()!r} (expected ISO-8601, e.g. 2020-01-01T00:00:00)") from None
+            if self.aware is None:
+                self.aware = aware
+            elif aware != self.aware:
+                raise SignalFileError(f"{self.p} line {lines[i]}, column {column!r}: "
+                                      f"{r.strip()!r} mixes times with and without a UTC offset")
+        return out
+
+    def _values(self, name: str, raw: tuple[str, ...], lines: _ChunkLines) -> np.ndarray:
+        """A numeric column: vectorised when clean, row by row to name the first bad value."""
+        column = self.shown[name]
+        try:
+            out = np.array(raw, dtype=np.float64)
+        except ValueError:
+            out = np.array([_value(self.p, lines[i], column, r) for i, r in enumerate(raw)])
+        bad = np.flatnonzero(~np.isfinite(out))
+        if bad.size:
+            i = int(bad[0])
+            raise SignalFileError(f"{self.p} line {lines[i]}, column {column!r}: "
+                                  f"{raw[i].strip()!r} is not a finite number (NaN/inf)")
+        return out
+
+
+class _LineMap:
+    """File line of each data row without an array of them: data row ``i`` is on line
+    ``i + 2`` plus the lines skipped before it (blank lines, rows over several lines), kept
+    only where that count changes."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []  # first data row of each new offset
+        self.offsets: list[int] = []
+        self.offset = 0
+
+    def note(self, row: int, line: int) -> None:
+        """Data row ``row`` is on ``line``, not where the rows before it put it."""
+        self.offset = line - row - 2
+        self.rows.append(row)
+        self.offsets.append(self.offset)
+
+    def __getitem__(self, i: int) -> int:
+        k = bisect.bisect_right(self.rows, i) - 1
+        return i + 2 + (self.offsets[k] if k >= 0 else 0)
+
+
+class _ChunkLines:
+    """``lines[i]``: the file line of a chunk's row ``i``."""
+
+    def __init__(self, line_of: _LineMap, first: int) -> None:
+        self.line_of, self.first = line_of, first
+
+    def __getitem__(self, i: int) -> int:
+        return self.line_of[self.first + i]
+
+
 def read_signal_file(path: str | Path) -> SignalTable:
-    """Parse and validate a signal file (see the module docstring for the schema)."""
+    """Parse and validate a signal file (see the module docstring for the schema).
+
+    The file is read in chunks of ``CHUNK_ROWS`` rows, each parsed into numpy arrays before
+    the next is read: memory stays near the arrays' size (16-32 bytes a row), whatever the
+    file's size."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"signal file not found: {p}")
     try:
         with _open_text(p) as fh:
             reader = csv.reader(fh)
-            layout, names = _header(p, next(reader, None))
+            layout, names, shown = _header(p, next(reader, None))
             width = len(names)
-            rows: list[list[str]] = []
-            lines: list[int] = []  # file line of each data row (header = line 1)
-            for line, row in enumerate(reader, start=2):
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    continue  # blank line
-                if len(row) != width:
-                    raise SignalFileError(f"{p} line {line}: {len(row)} fields, expected "
-                                          f"{width} ({','.join(names)})")
+            line_of = _LineMap()
+            parsed = _Columns(p, names, shown, line_of)
+            rows: list[list[str]] = []  # one chunk
+            n_rows = 0  # data rows before this one
+            for row in reader:
+                if len(row) != width:  # width >= 2: a blank line is [] or ['  ']
+                    if not row or (len(row) == 1 and not row[0].strip()):
+                        continue
+                    raise SignalFileError(
+                        f"{p} line {reader.line_num}: {len(row)} fields, expected {width} "
+                        f"({','.join(shown[n] for n in names)})")
+                if reader.line_num != n_rows + 2 + line_of.offset:
+                    line_of.note(n_rows, reader.line_num)
                 rows.append(row)
-                lines.append(line)
+                n_rows += 1
+                if len(rows) == CHUNK_ROWS:
+                    parsed.add(rows, n_rows - CHUNK_ROWS)
+                    rows = []
+            parsed.add(rows, n_rows - len(rows))
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, csv.Error) as e:
         raise SignalFileError(f"{p}: not a readable CSV file ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
-    times = _times(p, columns[names.index(TIMESTAMP)], lines)
-    cols = {name: _values(p, name, columns[k], lines)
-            for k, name in enumerate(names) if name != TIMESTAMP}
-    return _validate(p, layout, times, cols, lines)
-
-
-def _times(p: Path, raw: tuple[str, ...], lines: list[int]) -> np.ndarray:
-    """Timestamps as datetime64[s]: numpy's vectorised parser for plain ISO-8601, row by row
-    (offsets, or to find the bad row) otherwise."""
-    if not any("+" in r or r.rstrip().endswith("Z") or r.count("-") > 2 for r in raw):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                out = np.array([r.strip() for r in raw], dtype="datetime64[s]")
-            if not np.isnat(out).any() and all(len(r.strip()) >= 10 for r in raw):
-                return out
-        except (ValueError, DeprecationWarning, UserWarning):
-            pass
-    out = np.empty(len(raw), dtype="datetime64[s]")
-    aware_first: bool | None = None
-    for i, r in enumerate(raw):
-        try:
-            out[i], aware = _parse_time(r)
-        except ValueError:
-            raise SignalFileError(
-                f"{p} line {lines[i]}, column {TIMESTAMP!r}: unparseable timestamp "
-                f"{r.strip()!r} (expected ISO-8601, e.g. 2020-01-01T00:00:00)") from None
-        if aware_first is None:
-            aware_first = aware
-        elif aware != aware_first:
-            raise SignalFileError(f"{p} line {lines[i]}, column {TIMESTAMP!r}: {r.strip()!r} "
-                                  "mixes times with and without a UTC offset")
-    return out
-
-
-def _values(p: Path, name: str, raw: tuple[str, ...], lines: list[int]) -> np.ndarray:
-    """A numeric column: vectorised when clean, row by row to name the first bad value."""
-    try:
-        out = np.array(raw, dtype=np.float64)
-    except ValueError:
-        out = np.array([_value(p, lines[i], name, r) for i, r in enumerate(raw)])
-    bad = np.flatnonzero(~np.isfinite(out))
-    if bad.size:
-        i = int(bad[0])
-        raise SignalFileError(f"{p} line {lines[i]}, column {name!r}: {raw[i].strip()!r} is "
-                              "not a finite number (NaN/inf)")
-    return out
-
-
-def _line_of(i: int, lines: list[int]) -> int:
-    """File line of data row ``i`` (the header is line 1)."""
-    return lines[i]
+    times, cols = parsed.arrays()
+    return _validate(p, layout, times, cols, line_of, shown)
 
 
 def _validate(p: Path, layout: str, times: np.ndarray, cols: dict[str, np.ndarray],
-              lines: list[int]) -> SignalTable:
+              lines: _LineMap, shown: dict[str, str]) -> SignalTable:
+    """The checks across rows; ``lines[i]`` is data row i's file line, ``shown`` each
+    column's header as the file spells it."""
     n = len(times)
     if n < 2:
         raise SignalFileError(f"{p}: {n} data row(s); at least 2 are needed to know the "
                               "interval")
+    col_t = shown[TIMESTAMP]
     steps = np.diff(times).astype(np.int64)
     bad = np.flatnonzero(steps <= 0)
     if bad.size:
         i = int(bad[0]) + 1
         if steps[i - 1] == 0:
-            raise SignalFileError(f"{p} line {_line_of(i, lines)}, column {TIMESTAMP!r}: "
+            raise SignalFileError(f"{p} line {lines[i]}, column {col_t!r}: "
                                   f"{times[i]} duplicates the previous row's timestamp")
-        raise SignalFileError(f"{p} line {_line_of(i, lines)}, column {TIMESTAMP!r}: {times[i]} "
-                              f"is earlier than the previous row's {times[i - 1]} (timestamps "
-                              "must increase)")
+        raise SignalFileError(f"{p} line {lines[i]}, column {col_t!r}: {times[i]} is earlier "
+                              f"than the previous row's {times[i - 1]} (timestamps must "
+                              "increase)")
     interval = float(np.median(steps))
     gaps = np.flatnonzero(steps > 2 * interval + 1e-9)
     if gaps.size:
         i = int(gaps[0]) + 1
         raise SignalFileError(
-            f"{p} line {_line_of(i, lines)}, column {TIMESTAMP!r}: gap of "
+            f"{p} line {lines[i]}, column {col_t!r}: gap of "
             f"{_fmt_span(float(steps[i - 1]))} after {times[i - 1]} (the file's interval is "
             f"{_fmt_span(interval)}; at most one missing row is filled)")
     carbon = cols[CARBON]
-    _check_non_negative(p, CARBON, carbon, lines, "carbon intensity")
+    col_c = shown[CARBON]
+    _check_non_negative(p, col_c, carbon, lines, "carbon intensity")
     if carbon.max() < CARBON_MIN_PLAUSIBLE_MAX:
         i = int(np.argmax(carbon))
         raise SignalFileError(
-            f"{p} line {_line_of(i, lines)}, column {CARBON!r}: every value is below "
+            f"{p} line {lines[i]}, column {col_c!r}: every value is below "
             f"{CARBON_MIN_PLAUSIBLE_MAX:g} (max {carbon[i]:g}): looks like kg/kWh, expected "
             "gCO2/kWh (multiply by 1000)")
     if carbon.max() > CARBON_MAX_PLAUSIBLE:
         i = int(np.argmax(carbon > CARBON_MAX_PLAUSIBLE))
         raise SignalFileError(
-            f"{p} line {_line_of(i, lines)}, column {CARBON!r}: {carbon[i]:g} is above "
+            f"{p} line {lines[i]}, column {col_c!r}: {carbon[i]:g} is above "
             f"{CARBON_MAX_PLAUSIBLE:g} gCO2/kWh (no grid is that dirty): looks like g/MWh, "
             "expected gCO2/kWh")
     price = cols.get(PRICE)
     if price is not None:
+        col_p = shown[PRICE]
         mag = np.abs(price)
         if mag.max() < PRICE_MIN_PLAUSIBLE_MAX:
             i = int(np.argmax(mag))
             raise SignalFileError(
-                f"{p} line {_line_of(i, lines)}, column {PRICE!r}: every value is below "
+                f"{p} line {lines[i]}, column {col_p!r}: every value is below "
                 f"{PRICE_MIN_PLAUSIBLE_MAX:g} in magnitude (max {price[i]:g}): looks like "
                 "$/kWh, expected $/MWh (multiply by 1000)")
         if mag.max() > PRICE_MAX_PLAUSIBLE:
             i = int(np.argmax(mag > PRICE_MAX_PLAUSIBLE))
             raise SignalFileError(
-                f"{p} line {_line_of(i, lines)}, column {PRICE!r}: {price[i]:g} is beyond "
+                f"{p} line {lines[i]}, column {col_p!r}: {price[i]:g} is beyond "
                 f"+-{PRICE_MAX_PLAUSIBLE:g} $/MWh (market caps are 3,000-5,000): wrong units?")
     solar = cols.get(SOLAR)
     if solar is not None:
-        _check_non_negative(p, SOLAR, solar, lines, "solar generation")
-    return SignalTable(str(p), times, interval, carbon, price, solar, layout)
+        _check_non_negative(p, shown[SOLAR], solar, lines, "solar generation")
+    return SignalTable(str(p), times, interval, carbon, price, solar, layout, dict(shown))
 
 
-def _check_non_negative(p: Path, column: str, values: np.ndarray, lines: list[int],
+def _check_non_negative(p: Path, column: str, values: np.ndarray, lines: _LineMap,
                         what: str) -> None:
     neg = np.flatnonzero(values < 0)
     if neg.size:
         i = int(neg[0])
-        raise SignalFileError(f"{p} line {_line_of(i, lines)}, column {column!r}: negative "
+        raise SignalFileError(f"{p} line {lines[i]}, column {column!r}: negative "
                               f"{what} {values[i]:g} (must be >= 0)")

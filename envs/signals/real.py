@@ -66,6 +66,21 @@ def _start(table: SignalTable, need_s: float, start_date: str | None,
     return (day0 + np.timedelta64(int(rng.integers(0, n_days)), "D")).astype("datetime64[s]")
 
 
+def check_source(cfg, n_ticks: int, tick_seconds: float) -> None:
+    """Up front, before any episode: a ``csv`` source's file reads and validates, and a real
+    source covers ``n_ticks`` ticks of ``tick_seconds`` (from ``start_date`` when set).
+    SignalFileError, one line naming the file (its line and column where one is at fault),
+    else nothing; the table stays cached for the episodes. Synthetic sources pass."""
+    if cfg.source == "synthetic":
+        return
+    path = DE_CARBON_2020 if cfg.source == "de_carbon_2020" else Path(cfg.csv_path)
+    try:
+        table = load_table(path)
+    except FileNotFoundError as e:
+        raise SignalFileError(f"signals.csv_path: {e}") from None
+    _start(table, n_ticks * tick_seconds, cfg.start_date, np.random.default_rng(0))
+
+
 def real_signals(cfg, n_ticks: int, tick_seconds: float, rng: np.random.Generator):
     """(clock, price or None, carbon, solar or None, meta) for a real source."""
     path = DE_CARBON_2020 if cfg.source == "de_carbon_2020" else Path(cfg.csv_path)
