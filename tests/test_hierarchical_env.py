@@ -217,3 +217,14 @@ def test_with_signals_the_supervisor_sees_the_whole_macro_row(signals: dict) -> 
     assert env.observation_spaces["sub_1"].contains(obs["sub_1"])
     obs, *_ = env.step({"sub_1": env.base.wait_action})
     assert env.observation_spaces["sub_1"].contains(obs["sub_1"])
+
+
+@pytest.mark.parametrize("spec", ["x" * 300, "a/" + "b" * 256 + "/c", "bad\0name"])
+def test_a_sub_agent_path_the_os_refuses_is_one_clear_error(spec: str) -> None:
+    """A spec the OS cannot even stat (a name over 255 bytes, a NUL byte) is no checkpoint:
+    the same ValueError as any unknown spec, never an OSError."""
+    from cloudrl.algorithms.hierarchical.hparams import check_spec, checkpoint_meta
+
+    with pytest.raises(ValueError, match="is neither a heuristic"):
+        check_spec(spec)
+    assert checkpoint_meta(spec) is None

@@ -96,7 +96,12 @@ def check_spec(spec: str, is_checkpoint: Callable[[str], bool] | None = None) ->
 
 
 def _has_meta(spec: str) -> bool:
-    return (Path(spec) / META_FILE).is_file()
+    """Whether ``spec`` is a directory holding cloudrl's meta file; False for a path the OS
+    refuses (a name over 255 bytes, a NUL byte), which can be no checkpoint."""
+    try:
+        return (Path(spec) / META_FILE).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def checkpoint_meta(spec: str) -> dict[str, Any] | None:
