@@ -40,11 +40,11 @@ def _no_cloudrl_env(monkeypatch):
             monkeypatch.delenv(key)
 
 
-def _cli(*argv: str) -> tuple[int, str]:
+def _cli(*argv: str, cwd: Path | None = None) -> tuple[int, str]:
     """The real entry point in a subprocess: (exit code, stderr)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDRL__")}
     proc = subprocess.run([str(CLOUDRL), *argv], capture_output=True, text=True, timeout=600,
-                          env=env)
+                          env=env, cwd=cwd)
     return proc.returncode, proc.stderr
 
 
@@ -81,13 +81,14 @@ def _override(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- 1. --override signal files
-def test_scenario_evaluate_with_a_defective_file_says_what_signals_check_says(tmp_path,
-                                                                              capsys):
-    bad = _carbon_file(tmp_path / "grid.csv", "datetime,CO2 (gCO2/kWh)", bad=(40, "n/a"))
-    assert main(["signals", "check", str(bad)]) == 2
-    expected = _one_line(capsys.readouterr().err, "line 42", "'CO2 (gCO2/kWh)'", "'n/a'")
+def test_scenario_evaluate_with_a_defective_file_says_what_signals_check_says(tmp_path):
+    """The file named as the user spells it (relative here), in both commands."""
+    _carbon_file(tmp_path / "grid.csv", "datetime,CO2 (gCO2/kWh)", bad=(40, "n/a"))
+    code, err = _cli("signals", "check", "grid.csv", cwd=tmp_path)
+    assert code == 2
+    expected = _one_line(err, "cloudrl: grid.csv line 42", "'CO2 (gCO2/kWh)'", "'n/a'")
     code, err = _cli("scenarios", "evaluate", "--scenario", "tiny", "--n-seeds", "1",
-                     "--override", _override(bad))
+                     "--override", _override(Path("grid.csv")), cwd=tmp_path)
     assert code == 2
     assert _one_line(err) == expected
 

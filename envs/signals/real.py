@@ -24,17 +24,18 @@ DE_CARBON_2020 = DATA_DIR / "de_carbon_2020.csv.gz"
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int, size: int) -> SignalTable:
+def _load(path: str, resolved: str, mtime_ns: int, size: int) -> SignalTable:
     return read_signal_file(path)
 
 
 def load_table(path: str | Path) -> SignalTable:
-    """The validated table of a signal file, cached while the file is unchanged."""
+    """The validated table of a signal file, cached while the file is unchanged; its errors
+    name the file as ``path`` spells it (as ``cloudrl signals check`` does)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"signal file not found: {p}")
     st = os.stat(p)
-    return _load(str(p.resolve()), st.st_mtime_ns, st.st_size)
+    return _load(str(p), str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
 def _start(table: SignalTable, need_s: float, start_date: str | None,
