@@ -14,6 +14,7 @@ from cloudrl.algorithms.specs import ALGOS
 from cloudrl.alignment import cli as align_cli
 from cloudrl.argparsing import CliParser
 from cloudrl.config_loader import ConfigError, load_config
+from cloudrl.deploy import cli as deploy_cli
 from cloudrl.headline import cli as headline_cli
 from cloudrl.labelling import cli as label_cli
 from cloudrl.loop import cli as loop_cli
@@ -746,6 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     label_cli.register(sub)
     offline_cli.register(sub)
     serve_cli.register(sub)
+    deploy_cli.register(sub)
     scenarios_cli.extend_headline(headline_cli.register(sub))
     loop_cli.register(sub)
     return parser

@@ -121,7 +121,7 @@ def cloudrl_imports(root: Path, package: str) -> list[str]:
 
 # the entry points that start the decision service: the only modules of cloudrl/ that may
 # import serve_apps/ (the service sits above the library; the library never reaches up)
-SERVICE_ENTRY_POINTS = ("cloudrl/serve_cli.py",)
+SERVICE_ENTRY_POINTS = ("cloudrl/serve_cli.py", "cloudrl/deploy/serve_config.py")
 
 
 # Layers inside cloudrl/, bottom first: (layer, rooms, may its rooms import each other).
@@ -146,7 +146,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
     ("pipelines", ("headline", "alignment", "offline", "sweep", "compare", "scenarios"),
      False),
     ("composed pipelines", ("loop", "labelling"), False),
-    ("entry points", ("cli", "serve_cli", "signals_cli", "__main__"), True),
+    ("entry points", ("cli", "serve_cli", "signals_cli", "__main__", "deploy"), True),
 ]
 # modules that belong to another room (a module and its helper)
 SAME_ROOM = {"sweep_tracking": "sweep", "violation_floor": "lower_bound",
