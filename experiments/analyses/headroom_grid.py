@@ -14,7 +14,8 @@ How to run it::
 
 Results to expect: a table, one row per design, with the MPC's gain and the oracle's gap
 over the tuned heuristic in % of its cost and their 95% intervals (docs/results/
-headroom.md holds the measured grid and the machine it ran on).
+headroom.md holds the grid around scarcity_spikes and the machine it ran on, the notebook
+page docs/notebook/headroom-2026-11.md the first grid, around price_peak).
 """
 
 from __future__ import annotations
