@@ -92,6 +92,7 @@ def test_the_rayjob_entrypoint_parses_with_the_cli(rendered):
     assert claim["persistentVolumeClaim"]["claimName"] in {
         r["metadata"]["name"] for r in rendered["cpu"] if r["kind"] == "PersistentVolumeClaim"}
     assert job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["spec"]["suspend"] is True  # applying the overlay starts no training run
 
 
 def test_the_raycluster_autoscales_cpu_workers_and_the_gpu_overlay_adds_gpus(rendered):
