@@ -135,3 +135,46 @@ def test_a_bad_serve_config_is_one_line_naming_the_field(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "failure_threshold" in err[0] and "Traceback" not in err[0]
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_generated_serve_config_deploys_on_ray_serve(tmp_path):
+    """serveConfigV2 through Serve's own config path (what the dashboard does for KubeRay)
+    on a local Ray that has the head's cloudrl_state resources: the application runs, the
+    autoscaling config replaces the code's replica count, the replica holds one
+    cloudrl_state and answers over HTTP."""
+    import json
+    import socket
+    import urllib.request
+
+    import ray
+    from ray import serve
+    from ray.serve._private.api import serve_start
+    from ray.serve.schema import ServeDeploySchema
+
+    config = render_serve_config(SERVE_CONFIG)
+    config["applications"][0]["args"]["state_db"] = str(tmp_path / "state.db")  # not /data
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config["http_options"] = {"host": "127.0.0.1", "port": port}
+    ray.init(num_cpus=2, resources={"cloudrl_state": 4}, include_dashboard=False)
+    try:
+        client = serve_start(http_options=config["http_options"])
+        client.deploy_apps(ServeDeploySchema.model_validate(config), _blocking=True)
+        details = client.get_serve_details()
+        deployment = details["applications"]["cloudrl"]["deployments"]["DecisionService"]
+        assert deployment["status"] == "HEALTHY"
+        scaling = deployment["deployment_config"]["autoscaling_config"]
+        expected = KUBERNETES["autoscaling_config"]
+        assert {k: scaling[k] for k in expected} == expected
+        assert len(deployment["replicas"]) == expected["initial_replicas"]
+        assert ray.available_resources().get("cloudrl_state") == 4 - 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as r:
+            assert json.load(r) == {"status": "ok"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/policy", timeout=30) as r:
+            body = json.load(r)
+        assert json.dumps(body).count("heuristic:power_aware") >= 1
+    finally:
+        serve.shutdown()
+        ray.shutdown()
