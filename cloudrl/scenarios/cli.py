@@ -540,3 +540,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cloudrl.scenarios.align_cli import add_align_parser
 
     add_align_parser(ss)
+    from cloudrl.scenarios.bound_cli import add_bound_parser
+
+    add_bound_parser(ss)
