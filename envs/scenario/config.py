@@ -154,18 +154,20 @@ class ScenarioConfig(StrictConfig):
         check_source(self.signals, self.signal_ticks, self.tick_seconds)
         return self
 
-    def expected_jobs(self) -> tuple[float, ...]:
+    def expected_jobs(self, fleet_cores: float | None = None) -> tuple[float, ...]:
         """Per class, the jobs an episode is expected to create at most: the class's arrival
         rate at its peak hour of the week (``1 + diurnal_amplitude`` over the weekly mean,
         weekdays), times its expected burst boost (``1 + (burst_factor - 1) x`` the expected
         share of ticks inside a burst, at most 1), over every arrival tick (``days``). The
         rate is that of :func:`envs.scenario.jobs.generate_jobs`: ``load_share x
         utilization x`` fleet cores / (``cores_mean x`` mean duration in ticks). A seed's
-        realised count scatters below and around it (Poisson arrivals, random bursts)."""
-        from envs.fleet import Fleet
+        realised count scatters below and around it (Poisson arrivals, random bursts).
+        ``fleet_cores``: the fleet's cores when known (else built from ``fleet``)."""
+        if fleet_cores is None:
+            from envs.fleet import Fleet
 
-        largest = max(t.cpu_cores for t in self.fleet.tiers)
-        fleet_cores = float((Fleet.from_config(self.fleet).cpu_cap * largest).sum())
+            largest = max(t.cpu_cores for t in self.fleet.tiers)
+            fleet_cores = float((Fleet.from_config(self.fleet).cpu_cap * largest).sum())
         ticks_per_day = 24 * self.ticks_per_hour
         out = []
         for c in self.classes:
@@ -181,9 +183,9 @@ class ScenarioConfig(StrictConfig):
             out.append(base * peak * boost * self.n_ticks)
         return tuple(out)
 
-    def check_jobs(self) -> None:
+    def check_jobs(self, fleet_cores: float | None = None) -> None:
         """ValueError naming ``max_jobs`` when :meth:`expected_jobs` sums above it."""
-        per_class = self.expected_jobs()
+        per_class = self.expected_jobs(fleet_cores)
         total = sum(per_class)
         if total > self.max_jobs:
             parts = " + ".join(f"{name} ~{n:,.0f}" for name, n in zip(CLASS_NAMES, per_class,

@@ -64,7 +64,7 @@ def generate_jobs(cfg: ScenarioConfig, fleet_cores: float, max_cores: float,
     """Both classes' jobs arriving in ticks ``[0, n_ticks)``. ``max_jobs`` was checked when
     ``cfg`` was validated (:meth:`ScenarioConfig.check_jobs`, on the expected count); a
     config built without validation is checked here, before anything is drawn."""
-    cfg.check_jobs()
+    cfg.check_jobs(fleet_cores)
     parts = []
     how = hours_of_week(cfg, start_hour_of_week, n_ticks)
     for c, ccfg in enumerate(cfg.classes):

@@ -337,7 +337,7 @@ def _validate(p: Path, layout: str, times: np.ndarray, cols: dict[str, np.ndarra
         raise SignalFileError(f"{p}: {n} data row(s); at least 2 are needed to know the "
                               "interval")
     col_t = shown[TIMESTAMP]
-    steps = np.diff(times).astype(np.int64)
+    steps = np.diff(times).view(np.int64)  # seconds, no copy
     bad = np.flatnonzero(steps <= 0)
     if bad.size:
         i = int(bad[0]) + 1
