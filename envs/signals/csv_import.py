@@ -204,8 +204,13 @@ class _Columns:
         def cat(parts: list[np.ndarray], dtype: str) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
-        return (cat(self.times, "datetime64[s]"),
-                {n: cat(v, "float64") for n, v in self.values.items()})
+        # each column's chunks are let go as it is joined: at most one column held twice
+        times = cat(self.times, "datetime64[s]")
+        self.times = []
+        cols = {}
+        for name in list(self.values):
+            cols[name] = cat(self.values.pop(name), "float64")
+        return times, cols
 
 
     def _times(self, raw: tuple[str, ...], lines: _ChunkLines) -> np.ndarray:
@@ -337,7 +342,7 @@ def _validate(p: Path, layout: str, times: np.ndarray, cols: dict[str, np.ndarra
         raise SignalFileError(f"{p}: {n} data row(s); at least 2 are needed to know the "
                               "interval")
     col_t = shown[TIMESTAMP]
-    steps = np.diff(times).view(np.int64)  # seconds, no copy
+    steps = np.diff(times).view(np.int64)  # seconds
     bad = np.flatnonzero(steps <= 0)
     if bad.size:
         i = int(bad[0]) + 1
@@ -347,7 +352,8 @@ def _validate(p: Path, layout: str, times: np.ndarray, cols: dict[str, np.ndarra
         raise SignalFileError(f"{p} line {lines[i]}, column {col_t!r}: {times[i]} is earlier "
                               f"than the previous row's {times[i - 1]} (timestamps must "
                               "increase)")
-    interval = float(np.median(steps))
+    interval = float(np.median(steps, overwrite_input=True))  # reorders steps: no copy
+    steps = np.diff(times).view(np.int64)
     gaps = np.flatnonzero(steps > 2 * interval + 1e-9)
     if gaps.size:
         i = int(gaps[0]) + 1
