@@ -91,7 +91,7 @@ def register(sub: Any) -> None:
                            "patch, generated from the decision service's Serve config")
     sc.add_argument("--config", help="Serve config YAML (default serve_apps/config.yaml)")
     out = sc.add_mutually_exclusive_group()
-    out.add_argument("--out", help="write the patch to this file")
+    out.add_argument("--out", help="write the patch to this file (default: print it)")
     out.add_argument("--check", metavar="FILE", help="exit 2 when FILE is not what "
                                                      "would be written")
     sc.set_defaults(func=_cmd_render_serve_config)
