@@ -230,3 +230,13 @@ def test_overload_forces_penalties() -> None:
 def test_bound_below_controllers_full_scenarios(name: str) -> None:
     pairs = _assert_below(load_scenario(name), _specs(name), [1_000_000, 1_000_001, 1_000_002])
     assert min(b / best for b, best in pairs) >= 0.5
+
+
+def test_time_limit_is_per_solve() -> None:
+    """Each LP gets its own time limit: a run of episodes does not use up the first's."""
+    cfg = load_scenario("tiny")
+    sim = ScenarioSim(cfg)
+    # one solve takes ~0.2 s: twelve of them outlast a limit counted across solves
+    statuses = [episode_bound(cfg, seed, sim=sim, time_limit_s=2.0).lp_status
+                for seed in range(31, 43)]
+    assert statuses == ["Optimal"] * 12

@@ -360,30 +360,26 @@ def _dual_value(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, a: spars
     return float(np.dot(y, np.where(y != 0, side, 0.0)) + box.sum())
 
 
-_HIGHS: list = []
-
-
 def _highs():
-    """A HiGHS instance of this module (its constructor's banner muted, as in
-    :mod:`cloudrl.mpc.fluid`)."""
-    if not _HIGHS:
-        import os
-        import sys
+    """A fresh HiGHS instance (its constructor's banner muted, as in :mod:`cloudrl.mpc.fluid`):
+    one per solve, since HiGHS measures ``time_limit`` on an instance's clock, which runs on
+    across solves."""
+    import os
+    import sys
 
-        import highspy
+    import highspy
 
-        sys.stdout.flush()
-        saved = os.dup(1)
-        try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
-                h = highspy.Highs()
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        h.setOptionValue("output_flag", False)
-        _HIGHS.append(h)
-    return _HIGHS[0]
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def _solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, a: sparse.csc_matrix,
