@@ -146,6 +146,8 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
     ("pipelines", ("headline", "alignment", "offline", "sweep", "compare", "scenarios"),
      False),
     ("composed pipelines", ("loop", "labelling"), False),
+    # the steering loop drives the labelling app and the production loop's pieces
+    ("operator loops", ("steer",), False),
     ("entry points", ("cli", "serve_cli", "signals_cli", "__main__", "deploy"), True),
 ]
 # modules that belong to another room (a module and its helper)

@@ -1,0 +1,68 @@
+"""``cloudrl steer loop``: scripted operators label through the labelling app, a sequence
+reward model per operator learns their trade-off, the heuristic and the MPC are steered on
+it and measured under the hidden utilities (:mod:`cloudrl.steer.loop`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def _cmd_loop(args: argparse.Namespace) -> int:
+    from cloudrl.steer.loop import LoopConfig, steer_loop
+    from cloudrl.steer.operators import OperatorSpec
+    from envs.scenario.catalog import load_scenario
+
+    try:
+        ops = tuple(OperatorSpec.parse(s) for s in args.operators)
+        kw = {k: getattr(args, k) for k in ("rounds", "pool_heuristic", "pool_mpc",
+                                             "pool_seeds", "search_heuristic", "search_mpc",
+                                             "val_seeds", "n_test_seeds", "members", "steps",
+                                             "seed", "workers", "port", "out")
+              if getattr(args, k) is not None}
+        cfg = LoopConfig(scenario=args.scenario, operators=ops, comparisons=args.comparisons,
+                         **kw)
+        load_scenario(args.scenario)
+    except ValueError as e:
+        print(f"cloudrl: steer loop: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    rep = steer_loop(cfg, log=lambda s: print(s, flush=True))
+    print("\n" + rep["table"])
+    print(json.dumps({"report": f"{cfg.out}/report.json",
+                      "learner_saw_utilities": rep["learner_saw_utilities"]}))
+    return 0
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``steer loop`` to a CLI's subparsers."""
+    st = subparsers.add_parser("steer", help="operators' own trade-offs: label over HTTP -> "
+                                             "reward model -> steered heuristic and MPC")
+    sub = st.add_subparsers(dest="steer_command", required=True)
+    lp = sub.add_parser("loop", help="the whole loop in one command (a fresh store, the app "
+                                     "on a free port, scripted operators)")
+    lp.add_argument("--scenario", required=True, help="a scenario of the catalog (tiny, ...)")
+    lp.add_argument("--operators", nargs="+", required=True, metavar="SPEC",
+                    help="NAME:UTILITY[:flip=0.1,temperature=0.05,equal=0.05,skip=0.05]; "
+                         "UTILITY: lc_window | hour_carbon | toggle_cap | class_fairness | "
+                         "smooth_controls, or A>B@0.5 (switches halfway: drift)")
+    lp.add_argument("--comparisons", type=int, default=300,
+                    help="labels per operator (<= 1000; skips count)")
+    lp.add_argument("--rounds", type=int, help="labelling rounds; the reward models re-rank "
+                                               "the open pairs between rounds (default 3)")
+    lp.add_argument("--pool-heuristic", type=int, help="random heuristic points in the pool")
+    lp.add_argument("--pool-mpc", type=int, help="MPC points in the pool (0: none)")
+    lp.add_argument("--pool-seeds", type=int, help="train seeds per pool point")
+    lp.add_argument("--search-heuristic", type=int, help="heuristic search points")
+    lp.add_argument("--search-mpc", type=int, help="MPC search points (0: none)")
+    lp.add_argument("--val-seeds", type=int, help="validation seeds of the search")
+    lp.add_argument("--n-test-seeds", type=int, help="test seeds (<= 50)")
+    lp.add_argument("--members", type=int, help="reward-model ensemble members (default 3)")
+    lp.add_argument("--steps", type=int, help="Adam steps per reward-model fit (default 200)")
+    lp.add_argument("--seed", type=int, help="run seed (pool, pairs, labels, init)")
+    lp.add_argument("--workers", type=int, help="Ray workers recording episodes (default 1)")
+    lp.add_argument("--port", type=int, help="the labelling app's port (default: a free one)")
+    lp.add_argument("--out", help="report, labels and store (default results/steer/loop)")
+    lp.set_defaults(func=_cmd_loop)
+    return st
