@@ -73,6 +73,28 @@ def _plays(ctrl, sim: ScenarioSim, decisions: int) -> list[tuple[float, float]]:
     return out
 
 
+# ---------------------------------------------------------------------- copies
+def test_a_clone_ticks_like_the_original_and_leaves_it_alone(cfg):
+    sim = _advance(ScenarioSim(cfg), 1_000_001, 45, release=0.3)
+    before = sim.stats.summary()
+    twin = sim.clone()
+    for _ in range(60):
+        twin.tick()
+    assert sim.stats.summary() == before and sim.t == 45
+    for _ in range(60):
+        sim.tick()
+    assert sim.stats.summary() == twin.stats.summary()
+    np.testing.assert_array_equal(sim.state, twin.state)
+
+
+def test_with_future_refuses_arrivals_before_now(cfg):
+    sim = _advance(ScenarioSim(cfg), 1_000_002, 20)
+    past = sim.jobs
+    with pytest.raises(ValueError, match="future: arrivals before tick 20"):
+        sim.with_future(ClassJobs(past.arrival[:3], past.cls[:3], past.cores[:3],
+                                  past.duration[:3], past.deadline[:3]))
+
+
 # ---------------------------------------------------------------------- no peeking
 def test_blank_future_holds_no_arrival_or_signal_after_now(cfg):
     sim = _advance(ScenarioSim(cfg), 1_000_003, 35)
