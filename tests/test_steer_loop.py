@@ -167,15 +167,18 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (("--operators", "dave:lc_window:flip=0.9"), "flip"),
     (("--operators", "dave"), "NAME:UTILITY"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, field):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, field):
+    from cloudrl.cli import main
+
     base = {"--operators": ["a:lc_window"], "--comparisons": ["10"]}
     for i in range(0, len(args), 2):
         base[args[i]] = [args[i + 1]]
     flat = [x for k, v in base.items() for x in (k, *v)]
-    res = _cli("--scenario", "tiny", *flat, "--out", str(tmp_path / "o"), cwd=tmp_path)
-    assert res.returncode == 2
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and field in lines[0], res.stderr
+    code = main(["steer", "loop", "--scenario", "tiny", *flat, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and field in lines[0], err
     assert not (tmp_path / "o").exists()
 
 
