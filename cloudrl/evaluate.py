@@ -1,22 +1,19 @@
 """Evaluation protocol: run policies on the held-out seeds and report mean +- 95% CI.
 
-``evaluate(cfg)`` runs every (policy, seed) episode, in worker processes when
-``workers > 1``, with a progress bar, and returns per-episode metrics; the
+``evaluate(cfg)`` runs every (policy, seed) episode, as Ray tasks on ``workers`` CPUs when
+``workers > 1`` (:mod:`cloudrl.parallel`), with a progress bar, and returns per-episode
+metrics; the
 report helpers turn them into the comparison table (stdout), CSV and JSON.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import sys
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from tqdm import tqdm
 
 from cloudrl.heuristics.tuned import TUNED_SUFFIX
 from cloudrl.metrics import METRIC_LABELS, METRICS, EpisodeMetrics, episode_metrics, summarize
@@ -136,19 +133,21 @@ def evaluate(cfg: EvalConfig, progress: bool = True) -> list[EpisodeMetrics]:
     chunk = max(1, len(seeds) // (4 * cfg.workers))
     tasks = [(cfg.env, cfg.interface, name, seeds[i:i + chunk], cfg.heuristic_params)
              for name in cfg.policies for i in range(0, len(seeds), chunk)]
-    bar = tqdm(total=len(cfg.policies) * len(seeds), desc="episodes", unit="ep",
-               disable=not progress, file=sys.stderr)
+    if cfg.workers > 1:
+        from cloudrl.parallel import WorkerPool
+
+        with WorkerPool(cfg.workers) as pool:
+            parts = pool.map(_run_chunk, tasks, "episodes" if progress else None,
+                             total=len(cfg.policies) * len(seeds), count=len, unit="ep")
+        return [r for part in parts for r in part]
+    from cloudrl.progress import progress_bar
+
     results: list[EpisodeMetrics] = []
-    if cfg.workers == 1:
+    with progress_bar(len(cfg.policies) * len(seeds), "episodes", unit="ep",
+                      enabled=progress) as bar:
         for task in tasks:
             results.extend(_run_chunk(task))
             bar.update(len(task[3]))
-    else:
-        with ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn")) as pool:
-            for out in pool.map(_run_chunk, tasks):
-                results.extend(out)
-                bar.update(len(out))
-    bar.close()
     return results
 
 

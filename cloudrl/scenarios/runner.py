@@ -1,14 +1,14 @@
-"""Run scenario controllers on seeds, in parallel worker processes, paired by seed.
+"""Run scenario controllers on seeds, on Ray workers, paired by seed.
 
 Controllers are named by a :class:`ControllerSpec` (a kind and its parameters), so a
-worker can build them; each worker builds the scenario's simulator once and plays its
-seeds in order. Results are per-seed metric dicts (every cost term separately).
+worker can build them; each worker (a Ray actor, :mod:`cloudrl.parallel`) builds the
+scenario's simulator once and each controller the first time it plays it. Results are
+per-seed metric dicts (every cost term separately), the same whatever the worker count.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ from envs.scenario.control import Controller, RunAtOnce, run_episode
 from envs.scenario.sim import ScenarioSim
 
 KINDS = ("run_at_once", "signal_aware", "deadline_aware", "mpc", "oracle", "mpc_rounded",
-         "signal_aware_rounded", "hindsight_mpc", "learned", "rllib")
+         "signal_aware_rounded", "hindsight_mpc", "sim_mpc", "sim_hindsight", "learned",
+         "rllib")
 LEARNED_KINDS = ("learned", "rllib")  # controllers that run torch
 
 
@@ -71,6 +72,14 @@ class ControllerSpec:
             from cloudrl.mpc.hindsight import HindsightMPC
 
             return HindsightMPC(MPCConfig(**self.params))
+        if self.kind == "sim_mpc":  # CEM over rollouts of the simulator on sampled futures
+            from cloudrl.mpc.sim_mpc import SimMPC, SimMPCConfig
+
+            return SimMPC(SimMPCConfig(**self.params))
+        if self.kind == "sim_hindsight":  # the same search on the realised future
+            from cloudrl.mpc.sim_mpc import HINDSIGHT_DEFAULTS, SimHindsightOracle
+
+            return SimHindsightOracle(HINDSIGHT_DEFAULTS, **self.params)
         if self.kind == "learned":  # params: {"checkpoint": DIR}
             from cloudrl.algorithms.distill.policy import load_controller
 
@@ -97,52 +106,61 @@ def checkpoint_kind(path: str) -> str:
     return "learned"
 
 
-def _work(args: tuple[ScenarioConfig, list[ControllerSpec], list[int]]
-          ) -> list[tuple[int, int, dict[str, float]]]:
-    cfg, specs, seeds = args
-    sim = ScenarioSim(cfg)
-    out = []
-    for i, spec in enumerate(specs):
-        ctrl = spec.build()
-        for seed in seeds:
-            res = run_episode(sim, ctrl, seed)
-            metrics = dict(res.metrics)
-            metrics["decide_ms"] = res.decide_s * 1000.0
-            solve = getattr(ctrl, "solve_times", None)
-            if solve:
-                metrics["solve_s"] = float(np.mean(solve))
-                metrics["solve_p50_ms"] = float(np.percentile(solve, 50) * 1000.0)
-                metrics["solve_p99_ms"] = float(np.percentile(solve, 99) * 1000.0)
-            times = getattr(ctrl, "decide_times", None)
-            if times:  # per-decision wall times (learned policies record them)
-                metrics["decide_p50_ms"] = float(np.percentile(times, 50) * 1000.0)
-                metrics["decide_p99_ms"] = float(np.percentile(times, 99) * 1000.0)
-            out.append((i, seed, metrics))
-    return out
+def _metrics(sim: ScenarioSim, ctrl: Controller, seed: int) -> dict[str, float]:
+    res = run_episode(sim, ctrl, seed)
+    metrics = dict(res.metrics)
+    metrics["decide_ms"] = res.decide_s * 1000.0
+    solve = getattr(ctrl, "solve_times", None)
+    if solve:
+        metrics["solve_s"] = float(np.mean(solve))
+        metrics["solve_p50_ms"] = float(np.percentile(solve, 50) * 1000.0)
+        metrics["solve_p99_ms"] = float(np.percentile(solve, 99) * 1000.0)
+    times = getattr(ctrl, "decide_times", None)
+    if times:  # per-decision wall times (learned policies record them)
+        metrics["decide_p50_ms"] = float(np.percentile(times, 50) * 1000.0)
+        metrics["decide_p99_ms"] = float(np.percentile(times, 99) * 1000.0)
+    return metrics
+
+
+def _worker_state(cfg: ScenarioConfig, specs: list[ControllerSpec]) -> dict[str, Any]:
+    """A Ray worker's state: the simulator, the specs and the controllers built so far."""
+    return {"sim": ScenarioSim(cfg), "specs": specs, "ctrls": {}}
+
+
+def _worker_episode(state: dict[str, Any], item: tuple[int, int]) -> dict[str, float]:
+    i, seed = item
+    ctrl = state["ctrls"].get(i)
+    if ctrl is None:
+        ctrl = state["ctrls"][i] = state["specs"][i].build()
+    return _metrics(state["sim"], ctrl, seed)
 
 
 def run_controllers(cfg: ScenarioConfig, specs: list[ControllerSpec], seeds: list[int],
-                    workers: int | None = None) -> list[list[dict[str, float]]]:
-    """``results[i][k]``: metrics of controller ``specs[i]`` on ``seeds[k]``."""
+                    workers: int | None = None, desc: str | None = None
+                    ) -> list[list[dict[str, float]]]:
+    """``results[i][k]``: metrics of controller ``specs[i]`` on ``seeds[k]``; ``workers``
+    Ray actors (1: in this process), a progress bar ``desc`` on stderr (None: none)."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(seeds)))
-    chunks = [seeds[w::workers] for w in range(workers)]
-    jobs = [(cfg, specs, chunk) for chunk in chunks if chunk]
-    if workers == 1:
-        parts = [_work(job) for job in jobs]
-    else:
-        # a learned controller runs torch, which can deadlock in a forked child once the
-        # parent has started its thread pools: those workers start fresh ("spawn")
-        import multiprocessing
+    if workers == 1:  # in this process: one simulator, each controller built once
+        from cloudrl.progress import progress_bar
 
-        ctx = multiprocessing.get_context(
-            "spawn" if any(s.kind in LEARNED_KINDS for s in specs) else None)
-        from cloudrl.quiet import quiet_library_logs  # RLlib's advice, in every worker
+        sim = ScenarioSim(cfg)
+        res: list[list[dict[str, float]]] = []
+        with progress_bar(len(specs) * len(seeds), desc, unit="ep") as bar:
+            for spec in specs:
+                ctrl = spec.build()
+                res.append([])
+                for seed in seeds:
+                    res[-1].append(_metrics(sim, ctrl, seed))
+                    bar.update(1)
+        return res
+    from cloudrl.parallel import ordered_map
 
-        with ProcessPoolExecutor(workers, mp_context=ctx,
-                                 initializer=quiet_library_logs) as pool:
-            parts = list(pool.map(_work, jobs))
-    by = {(i, s): m for part in parts for i, s, m in part}
-    return [[by[(i, s)] for s in seeds] for i in range(len(specs))]
+    items = [(i, s) for i in range(len(specs)) for s in seeds]
+    out = ordered_map(_worker_episode, items, workers, init=_worker_state,
+                      init_args=(cfg, specs), desc=desc)
+    n = len(seeds)
+    return [out[i * n:(i + 1) * n] for i in range(len(specs))]
 
 
 def paired_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:

@@ -12,21 +12,22 @@ Gaussian perturbations, centred-rank fitness shaping, Adam), the policy kept gre
 3. Every ``eval_every`` iterations, score ``theta`` on validation seeds; the start competes
    as iteration 0 and the lowest score is returned.
 
-Episodes run in worker processes (spawned: they run torch), each holding the scenario's
-simulator and a copy of the module; a job sends one parameter vector and one seed.
+Episodes run on Ray actors (:mod:`cloudrl.parallel`, one per worker), each holding the
+scenario's simulator and a copy of the module; a job sends one parameter vector and one
+seed, so a worker that dies costs its jobs (replayed on its restarted actor), not the run,
+and the numbers do not depend on which worker played what.
 
 The policy is whatever ``loader(checkpoint)`` returns: a scenario controller with a
 ``module`` (default: the distilled policy,
 :func:`~cloudrl.algorithms.distill.policy.load_controller`; the headline passes the RLlib
 loader to fine-tune a gated DQN's Q-values). ``loader`` must
-be a module-level function: the workers are spawned and receive it by name.
+be a module-level function: the workers receive it by name.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +40,6 @@ from envs.scenario.config import ScenarioConfig
 
 Objective = Callable[[dict[str, float]], float]
 Loader = Callable[[str], Any]  # checkpoint -> a scenario controller with a ``module``
-
-_WORKER: dict[str, Any] = {}
 
 
 def _cost(metrics: dict[str, float]) -> float:
@@ -78,70 +77,50 @@ def _distilled(checkpoint: str) -> Any:
     return load_controller(checkpoint)
 
 
-def _exit_with(parent: int) -> None:
-    """Exit this worker once ``parent`` is gone (a parent killed by a signal leaves its
-    pool behind otherwise, still playing its queued episodes)."""
-    import os
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _init(scn: ScenarioConfig, checkpoint: str, which: str, parent: int | None = None,
-          loader: Loader = _distilled) -> None:
-    if parent is not None:
-        _exit_with(parent)
+def _init(scn: ScenarioConfig, checkpoint: str, which: str,
+          loader: Loader = _distilled) -> dict[str, Any]:
     from cloudrl.quiet import quiet_library_logs
     from envs.scenario.sim import ScenarioSim
 
     quiet_library_logs()
     torch.set_num_threads(1)
     ctrl = loader(checkpoint)
-    _WORKER.update(sim=ScenarioSim(scn), ctrl=ctrl,
-                   params=tuned_parameters(ctrl.module, which))
+    return {"sim": ScenarioSim(scn), "ctrl": ctrl, "params": tuned_parameters(ctrl.module, which)}
 
 
-def _play(job: tuple[np.ndarray, int]) -> dict[str, float]:
+def _play(state: dict[str, Any], job: tuple[np.ndarray, int]) -> dict[str, float]:
     from envs.scenario.control import run_episode
 
     vec, seed = job
     with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(vec).float(), _WORKER["params"])
-    return dict(run_episode(_WORKER["sim"], _WORKER["ctrl"], seed).metrics)
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(vec).float(), state["params"])
+    return dict(run_episode(state["sim"], state["ctrl"], seed).metrics)
 
 
 class _Players:
-    """Plays (parameter vector, seed) jobs in worker processes, or in-process for one."""
+    """Plays (parameter vector, seed) jobs on Ray actors, or in-process for one worker."""
 
     def __init__(self, scn: ScenarioConfig, checkpoint: str, which: str, workers: int,
                  loader: Loader = _distilled) -> None:
         self.pool = None
+        self.state: dict[str, Any] = {}
         if workers == 1:
-            _init(scn, checkpoint, which, loader=loader)
+            self.state = _init(scn, checkpoint, which, loader=loader)
         else:
-            import multiprocessing
-            import os
+            from cloudrl.parallel import WorkerPool
 
-            from cloudrl.quiet import quiet_library_logs
+            self.pool = WorkerPool(workers, _init, (scn, checkpoint, which, loader))
 
-            quiet_library_logs()
-            self.pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"),
-                                            initializer=_init,
-                                            initargs=(scn, checkpoint, which, os.getpid(), loader))
-
-    def play(self, jobs: list[tuple[np.ndarray, int]]) -> list[dict[str, float]]:
+    def play(self, jobs: list[tuple[np.ndarray, int]], desc: str | None = None
+             ) -> list[dict[str, float]]:
         if self.pool is None:
-            return [_play(j) for j in jobs]
-        return list(self.pool.map(_play, jobs, chunksize=max(1, len(jobs) // 16)))
+            return [_play(self.state, j) for j in jobs]
+        return self.pool.map(_play, jobs, desc)
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.close()
+            self.pool = None
 
 
 def centred_ranks(x: np.ndarray) -> np.ndarray:
@@ -191,6 +170,9 @@ def es_finetune(scn: ScenarioConfig, init_checkpoint: str, cfg: ESConfig,
         log(f"iteration {k}: validation {'cost' if objective is _cost else 'objective'} "
             f"{v:.3f} on {len(val)} seeds ({time.perf_counter() - t0:.0f} s)")
 
+    from cloudrl.progress import progress_bar
+
+    bar = progress_bar(cfg.iterations, "ES iterations")
     try:
         score(0)
         for it in range(1, cfg.iterations + 1):
@@ -215,7 +197,9 @@ def es_finetune(scn: ScenarioConfig, init_checkpoint: str, cfg: ESConfig,
                 f"{history[-1]['pair_gap']:.3f} on seeds {seeds}")
             if it % cfg.eval_every == 0 or it == cfg.iterations:
                 score(it)
+            bar.update(1)
     finally:
+        bar.close()
         players.close()
     best_val, best_it, best_theta = min(kept, key=lambda x: (x[0], x[1]))
     with torch.no_grad():
