@@ -512,10 +512,7 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
     seed's learned reward scores higher on validation), kept by the learned reward
     (steered); and its fine-tune towards the hidden-tuned point (either family's, lower
     hidden utility on validation), kept by the hidden utility (hidden-tuned, the first run
-    seed's). Fine-tunes run side by side in ``workers`` processes."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+    seed's). Fine-tunes run side by side as ``workers`` Ray tasks."""
     init = cfg.init_checkpoint or f"checkpoints/{scn.name}"
     root = Path(cfg.learned_out) / scn.name / cfg.utility
     if cfg.learned_method == "es":
@@ -545,9 +542,9 @@ def steer_learned(scn: ScenarioConfig, cfg: SteerConfig, chosen: dict[str, dict[
         finally:
             torch.set_num_threads(threads)
     else:
-        with ProcessPoolExecutor(workers,
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = list(pool.map(_fine_tune, jobs))
+        from cloudrl.parallel import ordered_map
+
+        done = ordered_map(_fine_tune, jobs, workers, desc="learned fine-tunes")
     for d in done:
         log(f"learned fine-tune -> {d['checkpoint']} (teacher {d['teacher']}): kept round "
             f"{d['kept_round']} (validation: " + ", ".join(

@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,15 +289,14 @@ def _job(args: tuple) -> SupervisedEpisode:
 
 def map_episodes(what: str, cfg: ScenarioConfig, seeds: list[int], workers: int | None,
                  **kw) -> list[SupervisedEpisode]:
-    """``hindsight`` or ``online`` episodes on ``seeds``, in worker processes, by seed."""
+    """``hindsight`` or ``online`` episodes on ``seeds``, as Ray tasks, by seed."""
     jobs = [(what, cfg, s, kw) for s in seeds]
     workers = max(1, min(workers or os.cpu_count() or 1, len(seeds)))
     if workers == 1:
         return [_job(j) for j in jobs]
-    import multiprocessing
+    from cloudrl.parallel import ordered_map
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_job, jobs))
+    return ordered_map(_job, jobs, workers, desc=f"{what} episodes")
 
 
 @dataclass
