@@ -21,6 +21,7 @@ from cloudrl.loop import cli as loop_cli
 from cloudrl.offline import cli as offline_cli
 from cloudrl.quiet import quiet_environment, quiet_library_logs
 from cloudrl.scenarios import cli as scenarios_cli
+from cloudrl.sites import cli as sites_cli
 from cloudrl.steer import cli as steer_cli
 from envs.scenario.catalog import UnknownScenarioError
 from envs.workloads import WORKLOAD_KINDS
@@ -751,6 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
     deploy_cli.register(sub)
     scenarios_cli.extend_headline(headline_cli.register(sub))
     loop_cli.register(sub)
+    sites_cli.register(sub)
     steer_cli.register(sub)
     return parser
 

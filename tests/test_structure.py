@@ -145,7 +145,8 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
     ("driver", ("training",), False),
     ("pipelines", ("headline", "alignment", "offline", "sweep", "compare", "scenarios"),
      False),
-    ("composed pipelines", ("loop", "labelling"), False),
+    # sites: real-data scenarios composed from the scenario runner and tuner
+    ("composed pipelines", ("loop", "labelling", "sites"), False),
     # the steering loop drives the labelling app and the production loop's pieces
     ("operator loops", ("steer",), False),
     ("entry points", ("cli", "serve_cli", "signals_cli", "__main__", "deploy"), True),

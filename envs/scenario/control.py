@@ -53,7 +53,12 @@ def plan_view(sim: ScenarioSim) -> PlanView:
     cfg, t = sim.cfg, sim.t
     h = sim.horizon_ticks
     sig = sim.signals
-    price, carbon, solar = forecast(sig, t, h, cfg.signals.forecast_error, sim.seed)
+    if cfg.signals.market is not None:  # a real site: published prices, learned carbon
+        from envs.signals.market import market_forecast
+
+        price, carbon, solar = market_forecast(sig, t, h, cfg.signals, sim.seed)
+    else:
+        price, carbon, solar = forecast(sig, t, h, cfg.signals.forecast_error, sim.seed)
     cores, s = sim.cores, sim.state
     pc, pd, pl = sim.pool_work()
     return PlanView(

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from envs.signals.carbon import FIT as CARBON_FIT
+from envs.signals.market import MarketForecastConfig
 from envs.sim_config import StrictConfig
 
 SOURCES = ("synthetic", "csv", "de_carbon_2020")
@@ -131,6 +132,9 @@ class SignalConfig(StrictConfig):
         default=0.1, ge=0.0, le=1.0,
         description="relative sd of the forecast error at 24 h lead; grows as "
         "sqrt(lead / 24 h); 0 = perfect forecast (0..1)")
+    market: MarketForecastConfig | None = Field(
+        default=None, description="market-true price and carbon forecasts of a real site "
+        "(envs.signals.market) instead of the noisy ones; solar keeps forecast_error")
 
     @model_validator(mode="after")
     def _source_needs(self) -> SignalConfig:

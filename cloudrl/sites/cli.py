@@ -1,0 +1,180 @@
+"""``cloudrl sites``: list, show, add, headroom, evaluate and report real sites.
+
+* ``list`` / ``show NAME``: the shipped and added sites, a site's splits and data span;
+* ``add NAME --prices FILE --carbon FILE [--timezone TZ] [--publish HH:MM]
+  [--currency-rate R]``: validate two CSV files and store the site (:mod:`.byo`);
+* ``headroom --site NAME [--split S]``: tune, select and test (:mod:`.headroom`), raw
+  results to ``--out``;
+* ``evaluate --site NAME``: each forecaster's error by lead on the test period;
+* ``report RAW.json ... --json FILE --md FILE``: the results page from raw results.
+
+Bad input is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _fail(msg: str) -> int:
+    print(f"cloudrl sites: {msg}", file=sys.stderr)
+    return 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("sites", help="real sites: real prices and carbon, market-true "
+                              "forecasts, a temporal split; add your own from two CSVs")
+    acts = p.add_subparsers(dest="sites_command", required=True,
+                            metavar="{list,show,add,headroom,evaluate,report}")
+    ls = acts.add_parser("list", help="the shipped and added sites")
+    ls.set_defaults(func=run_list)
+    sh = acts.add_parser("show", help="a site's data span, market and splits")
+    sh.add_argument("name")
+    sh.set_defaults(func=run_show)
+    add = acts.add_parser("add", help="add a site from a price CSV and a carbon CSV")
+    add.add_argument("name")
+    add.add_argument("--prices", required=True, metavar="FILE",
+                     help="CSV: timestamp,price_usd_per_mwh (hourly)")
+    add.add_argument("--carbon", required=True, metavar="FILE",
+                     help="CSV: timestamp,carbon_g_per_kwh (hourly)")
+    add.add_argument("--timezone", default="UTC", help="the market's IANA time zone")
+    add.add_argument("--publish", default="12:00", metavar="HH:MM",
+                     help="local time the next day's prices are published")
+    add.add_argument("--currency-rate", type=float, default=1.0, metavar="R",
+                     help="US dollars per unit of the prices' currency")
+    add.add_argument("--force", action="store_true", help="replace an added site")
+    add.set_defaults(func=run_add)
+    hr = acts.add_parser("headroom", help="tuned heuristic vs forecast MPC vs fluid oracle "
+                         "on the test windows")
+    hr.add_argument("--site", required=True)
+    hr.add_argument("--split", default="temporal")
+    hr.add_argument("--per-season", type=int, default=None, metavar="K",
+                    help="test windows per season, evenly spaced (default: every window)")
+    hr.add_argument("--tune-samples", type=int, default=6)
+    hr.add_argument("--tune-seeds", type=int, default=4)
+    hr.add_argument("--workers", type=int, default=2)
+    hr.add_argument("--checkpoint", default=None, help="a learned policy to test beside")
+    hr.add_argument("--out", default=None, metavar="JSON", help="raw results file")
+    hr.set_defaults(func=run_headroom)
+    ev = acts.add_parser("evaluate", help="forecast error by lead on the test period")
+    ev.add_argument("--site", required=True)
+    ev.add_argument("--split", default="temporal")
+    ev.add_argument("--out", default=None, metavar="JSON")
+    ev.set_defaults(func=run_evaluate)
+    rep = acts.add_parser("report", help="docs/results/sites.{json,md} from raw results")
+    rep.add_argument("raw", nargs="+", metavar="RAW.json")
+    rep.add_argument("--json", required=True, dest="json_out", metavar="FILE")
+    rep.add_argument("--md", required=True, dest="md_out", metavar="FILE")
+    rep.set_defaults(func=run_report)
+    return p
+
+
+def _site(name: str):
+    from cloudrl.sites.registry import get_site
+
+    return get_site(name)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from cloudrl.sites.registry import all_sites, sites_dir
+
+    try:
+        sites = all_sites()
+    except (ValueError, OSError) as e:
+        return _fail(f"{sites_dir()}: {str(e).splitlines()[0]}")
+    for s in sites.values():
+        print(f"{s.name:12s} {'shipped' if s.builtin else 'added':8s} {s.description}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from envs.signals.real import load_table
+
+    try:
+        s = _site(args.name)
+    except ValueError as e:
+        return _fail(str(e))
+    t = load_table(s.signals_path)
+    print(f"site {s.name}: {s.description}")
+    print(f"  data {t.times[0]} .. {t.end} UTC, {t.n_rows} rows ({s.signals_path})")
+    print(f"  price mean {t.price.mean():.1f} min {t.price.min():.1f} max {t.price.max():.1f}"
+          f" $/MWh; carbon mean {t.carbon.mean():.1f} gCO2/kWh")
+    print(f"  market {s.timezone}, next day's prices published {s.publish_local} local; "
+          f"workload and fleet of scenario {s.workload}")
+    for name, sp in s.splits.items():
+        print(f"  split {name}: train {sp.train}, validation {sp.validation}, "
+              f"test {sp.test}")
+    return 0
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from cloudrl.sites.byo import SiteInputError, add_site
+
+    try:
+        site = add_site(args.name, args.prices, args.carbon, args.timezone, args.publish,
+                        args.currency_rate, force=args.force)
+    except SiteInputError as e:
+        for line in e.lines:
+            print(f"cloudrl sites add: {line}", file=sys.stderr)
+        return 2
+    print(f"added site {site.name}: {site.signals_path}")
+    for name, sp in site.splits.items():
+        print(f"  split {name}: train {sp.train}, validation {sp.validation}, test {sp.test}")
+    return 0
+
+
+def run_headroom(args: argparse.Namespace) -> int:
+    from cloudrl.sites.headroom import measure, summarise
+
+    try:
+        site = _site(args.site)
+        if args.split not in site.splits:
+            return _fail(f"--split: {args.split!r} is not a split of {site.name} "
+                         f"({', '.join(site.splits)})")
+    except ValueError as e:
+        return _fail(str(e))
+    raw = measure(site, args.split, args.per_season, args.tune_samples, args.tune_seeds,
+                  args.workers, args.checkpoint)
+    s = summarise(raw)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(raw, indent=1))
+    n = len(raw["windows"])
+    print(f"{site.name} {args.split}: {n} test windows, heuristic = "
+          f"{raw['selection']['selected']} (chosen on validation)")
+    for name, m in s["means"].items():
+        d = s["diff_vs_heuristic"].get(name, {}).get("cost_pct")
+        ci = f"  {d[0]:+.1f}% [{d[1]:+.1f}, {d[2]:+.1f}] vs heuristic" if d else ""
+        print(f"  {name:14s} ${m['cost_usd']:8.2f} (energy {m['energy_usd']:.2f}, carbon "
+              f"{m['carbon_usd']:.2f}, SLA lc {m['sla_lc_usd']:.2f}, SLA batch "
+              f"{m['sla_batch_usd']:.2f}){ci}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from cloudrl.sites.forecast_eval import evaluate_forecasts, format_errors
+
+    try:
+        site = _site(args.site)
+    except ValueError as e:
+        return _fail(str(e))
+    res = evaluate_forecasts(site, args.split)
+    print(format_errors(res))
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from cloudrl.sites.report import write_report
+
+    try:
+        raws = [json.loads(Path(p).read_text()) for p in args.raw]
+    except (OSError, ValueError) as e:
+        return _fail(f"report: {str(e).splitlines()[0]}")
+    write_report(raws, Path(args.json_out), Path(args.md_out))
+    print(f"wrote {args.json_out} and {args.md_out}")
+    return 0
