@@ -3,10 +3,10 @@
 An :class:`Evaluator` holds one re-plan's futures (simulator copies at tick ``t``) and
 scores a batch of plans: the mean over the futures of :func:`rollout_cost` (the same
 futures for every plan: common random numbers, so plans are compared on equal luck).
-:class:`RolloutPool` spreads the plans of a batch over ``workers`` Ray actors, each
-holding its own copy of the futures (sent once per re-plan through the object store);
-``workers=1`` scores in this process. Both paths compute the same floats in the same
-order, so they give the same decisions.
+:class:`RolloutPool` spreads the plans of a batch over ``workers`` Ray actors
+(:class:`cloudrl.parallel.WorkerPool`), each loading the re-plan's futures from the object
+store the first time it scores for that re-plan; ``workers=1`` scores in this process.
+Both paths compute the same floats in the same order, so they give the same decisions.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class Evaluator:
     """The futures of one re-plan and the plans' scores on them."""
 
     def __init__(self) -> None:
+        self.key = 0  # which re-plan's futures are loaded (workers of a pool)
         self.futures: list[ScenarioSim] = []
         self.block_periods = 1
         self.scoring: Scoring | None = None
@@ -39,23 +40,32 @@ class Evaluator:
         return out
 
 
+def _score_chunk(evaluator: Evaluator, item: tuple) -> np.ndarray:
+    """On a worker: load the re-plan's futures the first time they are seen, then score."""
+    key, futures_ref, block_periods, scoring, plans = item
+    if evaluator.key != key:
+        import ray
+
+        evaluator.load(ray.get(futures_ref), block_periods, scoring)
+        evaluator.key = key
+    return evaluator.score(plans)
+
+
 class RolloutPool:
-    """``workers`` evaluators: Ray actors for ``workers > 1``, this process for 1."""
+    """``workers`` evaluators: actors of a :class:`cloudrl.parallel.WorkerPool` for
+    ``workers > 1`` (Ray joined or started as that module does), this process for 1."""
 
     def __init__(self, workers: int = 1) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self._local = Evaluator() if workers == 1 else None
-        self._actors: list = []
+        self._pool = None
+        self._key = 0
         if workers > 1:
-            import ray
+            from cloudrl.parallel import WorkerPool
 
-            if not ray.is_initialized():
-                ray.init(num_cpus=max(2, workers), include_dashboard=False,
-                         log_to_driver=False)
-            actor = ray.remote(num_cpus=1)(Evaluator)
-            self._actors = [actor.remote() for _ in range(workers)]
+            self._pool = WorkerPool(workers, Evaluator)
 
     def load(self, futures: list[ScenarioSim], block_periods: int, scoring: Scoring) -> None:
         if self._local is not None:
@@ -63,23 +73,18 @@ class RolloutPool:
             return
         import ray
 
-        ref = ray.put(futures)
-        ray.get([a.load.remote(ref, block_periods, scoring) for a in self._actors])
+        self._key += 1
+        self._loaded = (self._key, ray.put(futures), block_periods, scoring)
 
     def score(self, plans: np.ndarray) -> np.ndarray:
         if self._local is not None:
             return self._local.score(plans)
-        import ray
-
-        chunks = np.array_split(np.arange(len(plans)), len(self._actors))
-        refs = [a.score.remote(plans[idx]) for a, idx in zip(self._actors, chunks, strict=True)
-                if len(idx)]
-        return np.concatenate(ray.get(refs))
+        assert self._pool is not None
+        chunks = [c for c in np.array_split(np.arange(len(plans)), self.workers) if len(c)]
+        parts = self._pool.map(_score_chunk, [(*self._loaded, plans[c]) for c in chunks])
+        return np.concatenate(parts)
 
     def close(self) -> None:
-        if self._actors:
-            import ray
-
-            for a in self._actors:
-                ray.kill(a)
-            self._actors = []
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
