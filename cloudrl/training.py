@@ -366,12 +366,16 @@ def train(cfg: TrainConfig,
     try:
         if cfg.resume and is_checkpoint(out):
             algo.restore_from_path(str(out))
+        from cloudrl.progress import progress_bar
+
         steps, it = 0, 0
+        bar = progress_bar(cfg.env_steps, "env steps", unit="step")
         while steps < cfg.env_steps:
             result = algo.train()
             it += 1
             metrics = flat_metrics(result)
             metrics["wall_s"] = time.perf_counter() - start
+            bar.update(min(int(metrics["env_steps"]), cfg.env_steps) - min(steps, cfg.env_steps))
             steps = int(metrics["env_steps"])
             history.append(metrics)
             if on_iteration:
@@ -379,6 +383,7 @@ def train(cfg: TrainConfig,
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0 and steps < cfg.env_steps:
                 algo.save_to_path(str(out))
                 write_meta(out, cfg)
+        bar.close()
         algo.save_to_path(str(out))
         write_meta(out, cfg)
     finally:

@@ -91,7 +91,7 @@ def run_scenario_demo(scenario: str = DEFAULT_SCENARIO, checkpoint: str | None =
              ControllerSpec("mpc", refs.get("mpc", {}), "forecast MPC (tuned)"),
              ControllerSpec("oracle", {}, ORACLE)]
     seeds = list(test_seeds(n_seeds))
-    res = run_controllers(scn, specs, seeds, workers)
+    res = run_controllers(scn, specs, seeds, workers, desc="demo episodes")
     by = {s.name: r for s, r in zip(specs, res, strict=True)}
     heur = np.array([m["cost_usd"] for m in by["heuristic (tuned)"]], float)
     base = float(heur.mean())

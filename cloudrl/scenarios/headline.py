@@ -531,17 +531,24 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     trainers = available_families(heur_p)
     candidates: dict[str, list[ControllerSpec]] = {}
     train_wall: dict[str, float] = {}
+    from cloudrl.progress import progress_bar
+
+    bar = progress_bar(len(cfg.families) * len(cfg.run_seeds), "training runs", unit="run")
     for fam in cfg.families:
         t1 = time.perf_counter()
-        candidates[fam] = [trainers[fam](scn, cfg, mpc_p, s, out / fam / f"run{s}")
-                           for s in cfg.run_seeds]
+        candidates[fam] = []
+        for s in cfg.run_seeds:
+            candidates[fam].append(trainers[fam](scn, cfg, mpc_p, s, out / fam / f"run{s}"))
+            bar.update(1)
         train_wall[fam] = time.perf_counter() - t1
         say(f"[2/4] trained {fam} x {len(cfg.run_seeds)} run seeds "
             f"({train_wall[fam]:.0f} s)")
+    bar.close()
 
     heur = ControllerSpec("signal_aware", heur_p, "heuristic")
     val_specs = [heur] + [s for fam in cfg.families for s in candidates[fam]]
-    val = run_controllers(scn, val_specs, list(validation_seeds(cfg.n_val_seeds)), cfg.workers)
+    val = run_controllers(scn, val_specs, list(validation_seeds(cfg.n_val_seeds)), cfg.workers,
+                          desc="validation episodes")
     val_cost = {s.name: float(_costs(r).mean()) for s, r in zip(val_specs, val, strict=True)}
     fam_score = {fam: float(np.median([val_cost[s.name] for s in candidates[fam]]))
                  for fam in cfg.families}
@@ -552,7 +559,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
     runs = candidates[chosen]
     refs = [heur, ControllerSpec("mpc", mpc_p, "mpc"), ControllerSpec("oracle", {}, "oracle")]
     seeds = list(test_seeds(cfg.n_test_seeds))
-    res = run_controllers(scn, refs + runs, seeds, cfg.workers)
+    res = run_controllers(scn, refs + runs, seeds, cfg.workers, desc="test episodes")
     by = {s.name: r for s, r in zip(refs + runs, res, strict=True)}
     per_run = [summarise_run(s.name, by[s.name], by["heuristic"], by["mpc"], by["oracle"])
                for s in runs]

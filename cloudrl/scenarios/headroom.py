@@ -61,7 +61,7 @@ def measure(cfg: ScenarioConfig, n_seeds: int = 50, tune_samples: int = 16,
              ControllerSpec("mpc", mpc.params if mpc else {}, "mpc"),
              ControllerSpec("oracle", {}, "oracle"),
              ControllerSpec("run_at_once", {}, "run_at_once")]
-    res = run_controllers(cfg, specs, list(test_seeds(n_seeds)), workers)
+    res = run_controllers(cfg, specs, list(test_seeds(n_seeds)), workers, desc="test episodes")
     cost = {s.name: np.array([m["cost_usd"] for m in r]) for s, r in zip(specs, res, strict=True)}
     h = cost["heuristic"]
     base = float(h.mean())

@@ -198,15 +198,10 @@ def play_all(cfg, checkpoint: str, start: str, mpc_params: dict, seeds: list[int
             for w in range(workers)]
     if workers == 1:
         parts = [_work(jobs[0])]
-    else:  # torch in forked children can deadlock: fresh ("spawn") workers
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    else:  # Ray tasks, one per worker's share of the seeds (cloudrl.parallel)
+        from cloudrl.parallel import ordered_map
 
-        from cloudrl.quiet import quiet_library_logs
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=quiet_library_logs) as pool:
-            parts = list(pool.map(_work, jobs))
+        parts = ordered_map(_work, jobs, workers, desc="seed shares")
     by_seed = {res["finetuned"]["seed"]: res for part in parts for res in part}
     return [by_seed[s] for s in seeds]
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +83,10 @@ def analyse(workload: str, args: argparse.Namespace) -> dict:
                for tag, b in (("B", budget), ("B2", budget / 2))}}
 
 
+def _analyse(job: tuple[str, argparse.Namespace]) -> dict:
+    return analyse(*job)
+
+
 def main() -> int:
     parser = CliParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["poisson", "google_v2_like"])
@@ -95,8 +98,13 @@ def main() -> int:
     parser.add_argument("--budget-seeds", type=int, default=3,
                         help="train seeds for the default budget (the bench's dataset: 3)")
     args = parser.parse_args()
-    with ProcessPoolExecutor(min(2, len(args.workloads))) as pool:
-        rows = list(pool.map(analyse, args.workloads, [args] * len(args.workloads)))
+    jobs = [(w, args) for w in args.workloads]
+    if len(jobs) == 1:
+        rows = [_analyse(jobs[0])]
+    else:  # Ray tasks, two at a time (cloudrl.parallel)
+        from cloudrl.parallel import ordered_map
+
+        rows = ordered_map(_analyse, jobs, 2, desc="workloads")
     print("| workload | B | floor mean | power_aware mean | floor > B | floor > B/2 | "
           "best reachable within B | within B/2 | power_aware within B | within B/2 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
