@@ -20,7 +20,7 @@ def _cmd_bound(args: argparse.Namespace) -> int:
 
     from cloudrl.mpc.bound import episode_bound
     from cloudrl.protocol import seeds_for
-    from cloudrl.scenarios.cli import policy_params
+    from cloudrl.scenarios.params import policy_params
     from cloudrl.scenarios.runner import ControllerSpec, run_controllers
     from envs.scenario.catalog import load_scenario
 

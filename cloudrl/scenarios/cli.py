@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cloudrl.scenarios.overrides import ScenarioInputError, load_variant
+from cloudrl.scenarios.params import policy_params
 from envs.scenario.catalog import UnknownScenarioError, describe, load_scenario, scenario_names
 
 
@@ -60,39 +61,6 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         md.write_text(format_markdown(rows) + "\n")
         print(f"wrote {md}")
     return 0
-
-
-def policy_params(text: str) -> dict[str, dict]:
-    """``--params``: a JSON object (policy name -> its parameters) or a file holding one,
-    e.g. a published checkpoint's ``references.json`` (whose other keys, such as
-    ``source``, are skipped). A ValueError names what is wrong."""
-    from cloudrl.scenarios.runner import KINDS
-
-    path = Path(text)
-    source = f"--params {text}"
-    from_file = not text.lstrip().startswith(("{", "["))
-    if from_file:
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise ValueError(f"{source}: neither a JSON object nor a readable file "
-                             f"({e.strerror})") from None
-    try:
-        params = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{source}: neither a JSON object nor a file holding one "
-                         f"({e.msg}, line {e.lineno})") from None
-    if not isinstance(params, dict):
-        raise ValueError(f"{source}: expected a JSON object (policy name -> its parameters)")
-    if from_file:
-        params = {k: v for k, v in params.items() if k in KINDS}
-    for name, value in params.items():
-        if name not in KINDS:
-            raise ValueError(f"--params: unknown policy {name!r}; valid: {', '.join(KINDS)}")
-        if not isinstance(value, dict):
-            raise ValueError(f"--params: {name}'s parameters must be a JSON object, got "
-                             f"{json.dumps(value)[:40]}")
-    return params
 
 
 def evaluate_scenario(args: argparse.Namespace) -> int:
