@@ -104,9 +104,16 @@ def run_show(args: argparse.Namespace) -> int:
           f" $/MWh; carbon mean {t.carbon.mean():.1f} gCO2/kWh")
     print(f"  market {s.timezone}, next day's prices published {s.publish_local} local; "
           f"workload and fleet of scenario {s.workload}")
+    from cloudrl.sites.scenario import site_scenario
+    from cloudrl.sites.splits import episode_windows
+
     for name, sp in s.splits.items():
+        cfg = site_scenario(s, name, "test", carbon_model="seasonal_naive")
+        need = cfg.signal_ticks * cfg.tick_seconds
+        n = len(episode_windows(s, name, need, cfg.days))
         print(f"  split {name}: train {sp.train}, validation {sp.validation}, "
-              f"test {sp.test}")
+              f"test {sp.test} ({n} test windows of {cfg.days:g} days, each needing "
+              f"{need / 86400:.2f} days of signal)")
     return 0
 
 
@@ -175,6 +182,6 @@ def run_report(args: argparse.Namespace) -> int:
         raws = [json.loads(Path(p).read_text()) for p in args.raw]
     except (OSError, ValueError) as e:
         return _fail(f"report: {str(e).splitlines()[0]}")
-    write_report(raws, Path(args.json_out), Path(args.md_out))
+    write_report(raws, Path(args.json_out), Path(args.md_out), list(args.raw))
     print(f"wrote {args.json_out} and {args.md_out}")
     return 0
