@@ -237,3 +237,16 @@ def test_progress_goes_to_stderr_and_off_with_the_env_var(setting, monkeypatch, 
     assert out == ""
     assert ("tiny episodes" in err and "2/2" in err) == (setting == "1")
     assert err == "" or setting == "1"
+
+
+def test_supervisor_episodes_on_ray_equal_the_serial_path(ray_session) -> None:
+    from cloudrl.scenarios.supervisor import FixedChoice, map_episodes
+
+    scn, seeds = load_scenario("tiny"), [21, 4, 37]
+    for what, kw in (("online", {"policy": FixedChoice(1), "seg_hours": 6.0}),
+                     ("hindsight", {"seg_hours": 6.0, "lookahead": "rollout"})):
+        serial = map_episodes(what, scn, seeds, 1, **kw)
+        on_ray = map_episodes(what, scn, seeds, 2, **kw)
+        assert [e.seed for e in on_ray] == seeds
+        assert [e.metrics for e in serial] == [e.metrics for e in on_ray], what
+        assert [e.choices for e in serial] == [e.choices for e in on_ray], what
