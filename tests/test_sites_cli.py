@@ -145,3 +145,17 @@ def test_a_good_site_is_stored_with_negative_prices_and_the_rate(files, capsys, 
         "2021-10-08..2021-10-31" in r.stdout
     r = _main(capsys, monkeypatch, tmp, "show", "nowhere")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_headroom_and_report_refuse_bad_arguments_in_one_line(tmp_path, capsys, monkeypatch):
+    for args, needle in ((["headroom", "--site", "atlantis"], "unknown site 'atlantis'"),
+                         (["headroom", "--site", "caiso", "--split", "yearly"], "--split"),
+                         (["headroom", "--site", "de_lu", "--per-season", "0"],
+                          "--per-season"),
+                         (["headroom", "--site", "de_lu", "--tune-seeds", "51"],
+                          "--tune-seeds"),
+                         (["report", str(tmp_path / "none.json"), "--json", "a.json", "--md",
+                           "a.md"], "none.json")):
+        r = _main(capsys, monkeypatch, tmp_path, *args)
+        assert r.returncode == 2, args
+        assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr

@@ -143,6 +143,12 @@ def run_headroom(args: argparse.Namespace) -> int:
                          f"({', '.join(site.splits)})")
     except ValueError as e:
         return _fail(str(e))
+    for flag, v, lo, hi in (("--per-season", args.per_season, 1, 10_000),
+                            ("--tune-samples", args.tune_samples, 1, 1000),
+                            ("--tune-seeds", args.tune_seeds, 1, 50),
+                            ("--workers", args.workers, 1, 1024)):
+        if v is not None and not lo <= v <= hi:
+            return _fail(f"{flag}: {v} is outside {lo}..{hi}")
     raw = measure(site, args.split, args.per_season, args.tune_samples, args.tune_seeds,
                   args.workers, args.checkpoint)
     s = summarise(raw)
