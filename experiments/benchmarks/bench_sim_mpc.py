@@ -123,6 +123,36 @@ def _timing(scenario: str, params: dict, refs: dict, seed: int, replans: int) ->
     return out
 
 
+# paired comparisons printed under the table: (a, b) -> a - b by seed
+PAIRS = (("sim_hindsight", "fluid_oracle"), ("sim_mpc_K2", "mpc"), ("sim_mpc_K2", "learned"),
+         ("sim_mpc_K1", "sim_mpc_K2"), ("sim_hindsight", "sim_mpc_K2"))
+
+
+def _report(scenario: str, seeds: list[int], table: dict) -> list[str]:
+    """The test table and the paired comparisons, as printed."""
+    from cloudrl.scenarios.runner import paired_ci
+
+    base = np.array(table["signal_aware"]["per_seed"])
+    lines = [f"{scenario}, {len(seeds)} test seeds ({seeds[0]}..{seeds[-1]}); "
+             f"paired 95% CI of (policy - heuristic)",
+             "", "| policy | mean cost $ | vs heuristic $ [95% CI] | vs heuristic % | "
+             "s per re-plan |", "|---|---:|---:|---:|---:|"]
+    for label, row in table.items():
+        c = np.array(row["per_seed"])
+        d, lo, hi = paired_ci(c, base)
+        rps = f"{row['replan_s']:.2f}" if row["replan_s"] is not None else "-"
+        lines.append(f"| {label} | {c.mean():.2f} | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
+                     f"{100 * d / base.mean():+.1f}% | {rps} |")
+    lines.append("")
+    for a, b in PAIRS:
+        if a in table and b in table:
+            x, y = np.array(table[a]["per_seed"]), np.array(table[b]["per_seed"])
+            d, lo, hi = paired_ci(x, y)
+            lines.append(f"{a} - {b}: {d:+.2f} $ [{lo:+.2f}, {hi:+.2f}], "
+                         f"lower on {int((x < y).sum())} of {len(x)} seeds")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = CliParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", default="scarcity_spikes")
@@ -131,13 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-seeds", type=int, default=10)
     p.add_argument("--workers", type=int, default=2, help="episodes in parallel")
     p.add_argument("--timing-replans", type=int, default=6)
-    p.add_argument("--stage", default="all", choices=("all", "tune", "test", "timing"))
+    p.add_argument("--stage", default="all", choices=("all", "tune", "test", "timing", "report"),
+                   help="report: print the saved tables again")
     p.add_argument("--config", help="with --stage test: the grid point to test")
     p.add_argument("--out", default="results/bench_sim_mpc")
     args = p.parse_args(argv)
 
     from cloudrl.protocol import test_seeds, validation_seeds
-    from cloudrl.scenarios.runner import paired_ci
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,32 +207,26 @@ def main(argv: list[str] | None = None) -> int:
         res = _run(jobs, args.workers)
         by = {label: [next(r for r in res if r["label"] == label and r["seed"] == s)
                       for s in seeds] for label, _, _ in plan}
-        base = np.array([r["cost_usd"] for r in by["signal_aware"]])
-        lines = [f"{args.scenario}, {len(seeds)} test seeds ({seeds[0]}..{seeds[-1]}); "
-                 f"paired 95% CI of (policy - heuristic)",
-                 "", "| policy | mean cost $ | vs heuristic $ [95% CI] | vs heuristic % | "
-                 "s per re-plan |", "|---|---:|---:|---:|---:|"]
         table = {}
         for label, _, _ in plan:
-            c = np.array([r["cost_usd"] for r in by[label]])
-            d, lo, hi = paired_ci(c, base)
             rp = [r["replan_s"] for r in by[label] if "replan_s" in r]
-            table[label] = {"cost_usd": float(c.mean()), "diff": [d, lo, hi],
+            table[label] = {"cost_usd": float(np.mean([r["cost_usd"] for r in by[label]])),
                             "replan_s": float(np.mean(rp)) if rp else None,
-                            "per_seed": c.tolist()}
-            rps = f"{np.mean(rp):.2f}" if rp else "-"
-            lines.append(f"| {label} | {c.mean():.2f} | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
-                         f"{100 * d / base.mean():+.1f}% | {rps} |")
-        for a, b in (("sim_hindsight", "fluid_oracle"), (f"sim_mpc_K{params['samples']}", "mpc"),
-                     (f"sim_mpc_K{params['samples']}", "learned")):
-            d, lo, hi = paired_ci(np.array(table[a]["per_seed"]),
-                                  np.array(table[b]["per_seed"]))
-            lines.append(f"\n{a} - {b}: {d:+.2f} $ [{lo:+.2f}, {hi:+.2f}]")
+                            "per_seed": [r["cost_usd"] for r in by[label]]}
+        lines = _report(args.scenario, seeds, table)
         print("\n".join(lines))
         state["test"] = {"seeds": seeds, "config": best, "hindsight": HINDSIGHT,
                          "table": table}
         (out / "table.md").write_text("\n".join(lines) + "\n")
         path.write_text(json.dumps(state, indent=2))
+    if args.stage == "report":
+        for name, row in state["tune"]["results"].items():
+            print(f"validation {name:18s} {row['cost_usd']:9.3f} $  "
+                  f"{row['replan_s']:.2f} s/re-plan")
+        print("\n".join(_report(args.scenario, state["test"]["seeds"],
+                                state["test"]["table"])))
+        for k, row in state.get("timing", {}).items():
+            print(f"{k}: {row}")
     if args.stage in ("all", "timing"):
         best = args.config or state["tune"]["best"]
         timing = {}
