@@ -511,3 +511,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cloudrl.scenarios.bound_cli import add_bound_parser
 
     add_bound_parser(ss)
+    from cloudrl.scenarios.yardstick_cli import add_yardstick_parser
+
+    add_yardstick_parser(ss)

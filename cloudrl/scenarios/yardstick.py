@@ -1,0 +1,194 @@
+"""The yardstick of a scenario: every controller on one ladder, from a provable floor up.
+
+``cloudrl scenarios yardstick --scenario NAME --checkpoint DIR`` measures, on the same test
+seeds (paired by seed), in this order:
+
+1. the **lower bound** (:mod:`cloudrl.mpc.bound`): below every feasible policy's cost;
+2. the **hindsight oracle** (:class:`cloudrl.mpc.sim_mpc.SimHindsightOracle`): the
+   sim-MPC's search on the realised future, the best achievable plan it finds;
+3. the **sim-MPC with perfect forecasts** (the scenario with ``signals.forecast_error = 0``;
+   arrivals still sampled);
+4. the **sim-MPC** on the scenario's own forecasts;
+5. the **fluid MPC** (:mod:`cloudrl.mpc.forecast_mpc`) and the **fluid oracle** (its plan
+   of the realised episode replayed; labelled as such, it is no bound);
+6. the tuned **deadline-aware** rule and the tuned **signal-aware** heuristic.
+
+The learned policy is placed among them. **Equal menus and budgets**: every rule and the
+fluid MPC is tuned here on the same validation seeds with the same number of points, over
+the learned policy's ready margins (``menu="wide"``: -0.5 to 1.0); the signal-aware rule is
+also tuned over its historical range (``menu="narrow"``), so a reader sees whether opening
+the menu changes it. Every difference is split into its cost terms (energy, carbon, SLA per
+class) and the transitions, so a reader sees whether a policy wins on prices or on
+deadlines.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cloudrl.protocol import test_seeds
+from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
+from envs.scenario.config import ScenarioConfig
+
+TERMS = ("energy_usd", "carbon_usd", "sla_lc_usd", "sla_batch_usd")
+LADDER = ("lower bound", "hindsight oracle", "sim-MPC, perfect forecasts", "sim-MPC",
+          "fluid MPC", "fluid oracle", "deadline-aware rule", "heuristic, wide menu",
+          "heuristic")
+
+
+@dataclass
+class YardstickConfig:
+    """What to measure; defaults sized for a 2-core machine (see the results page)."""
+
+    n_seeds: int = 10  # test seeds
+    tune_samples: int = 16  # points per tuned family (the same for every family)
+    tune_seeds: int = 8  # validation seeds for tuning
+    sim_mpc: dict[str, Any] = field(default_factory=dict)
+    hindsight: dict[str, Any] = field(default_factory=dict)
+    workers: int | None = None
+    bound: bool = True
+    sim: bool = True  # the sim-MPC rows (the slow part)
+
+
+def with_terms(cfg: ScenarioConfig, m: dict[str, float]) -> dict[str, float]:
+    """An episode's metrics plus its SLA dollars per class (violations x the penalty)."""
+    lc, batch = cfg.cost.sla_usd
+    return {**m, "sla_lc_usd": m["violations_lc"] * lc,
+            "sla_batch_usd": m["violations_batch"] * batch}
+
+
+def _tune_all(cfg: ScenarioConfig, yc: YardstickConfig, log) -> dict[str, dict[str, Any]]:
+    from cloudrl.scenarios.tuning import tune
+
+    out = {}
+    for label, kind, menu in (("heuristic", "signal_aware", "narrow"),
+                              ("heuristic, wide menu", "signal_aware", "wide"),
+                              ("deadline-aware rule", "deadline_aware", "wide"),
+                              ("fluid MPC", "mpc", "wide")):
+        t0 = time.perf_counter()
+        res = tune(cfg, kind, yc.tune_samples, yc.tune_seeds, workers=yc.workers, menu=menu)
+        out[label] = {"kind": kind, "menu": menu, "params": res.params,
+                      "validation_cost": res.mean_cost, "default_cost": res.default_cost,
+                      "n_points": res.n_samples, "n_seeds": res.n_seeds,
+                      "wall_s": time.perf_counter() - t0}
+        log(f"tuned {label}: ${res.mean_cost:.2f} on {res.n_seeds} validation seeds "
+            f"({res.n_samples} points, {time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def measure(cfg: ScenarioConfig, checkpoint: str | None, yc: YardstickConfig,
+            log=print) -> dict[str, Any]:
+    """The ladder on ``yc.n_seeds`` test seeds (module docstring) as a JSON-ready dict."""
+    t0 = time.perf_counter()
+    seeds = list(test_seeds(yc.n_seeds))
+    tuned = _tune_all(cfg, yc, log)
+    specs = [ControllerSpec(v["kind"], v["params"], label) for label, v in tuned.items()]
+    specs.append(ControllerSpec("oracle", {}, "fluid oracle"))
+    if checkpoint:
+        from cloudrl.scenarios.runner import checkpoint_kind
+
+        specs.append(ControllerSpec(checkpoint_kind(checkpoint), {"checkpoint": checkpoint},
+                                    "learned"))
+    mpc = tuned["fluid MPC"]["params"]
+    sim_specs = []
+    if yc.sim:
+        sim_specs = [ControllerSpec("sim_mpc", {**yc.sim_mpc, "mpc": mpc}, "sim-MPC"),
+                     ControllerSpec("sim_hindsight", {**yc.hindsight, "mpc": mpc},
+                                    "hindsight oracle")]
+    per: dict[str, list[dict[str, float]]] = {}
+    res = run_controllers(cfg, specs + sim_specs, seeds, yc.workers, desc="yardstick")
+    for spec, rows in zip(specs + sim_specs, res, strict=True):
+        per[spec.name] = [with_terms(cfg, m) for m in rows]
+    if yc.sim:  # the same search, the future's signals known (arrivals still sampled)
+        perfect = cfg.model_copy(update={"signals": cfg.signals.model_copy(
+            update={"forecast_error": 0.0})})
+        (rows,) = run_controllers(perfect, [ControllerSpec("sim_mpc", {**yc.sim_mpc,
+                                                                      "mpc": mpc})],
+                                  seeds, yc.workers, desc="sim-MPC, perfect forecasts")
+        per["sim-MPC, perfect forecasts"] = [with_terms(cfg, m) for m in rows]
+    bound = None
+    if yc.bound:
+        from cloudrl.mpc.bound import episode_bound
+
+        bound = [float(episode_bound(cfg, s).bound_usd) for s in seeds]
+    return summarise(cfg, seeds, per, bound, tuned, checkpoint,
+                     wall_s=time.perf_counter() - t0, yc=yc)
+
+
+def summarise(cfg: ScenarioConfig, seeds: list[int], per: dict[str, list[dict[str, float]]],
+              bound: list[float] | None, tuned: dict[str, Any], checkpoint: str | None,
+              wall_s: float, yc: YardstickConfig) -> dict[str, Any]:
+    """Means, cost terms and paired differences of every row (the learned one included)."""
+    cost = {k: np.array([m["cost_usd"] for m in v]) for k, v in per.items()}
+    base = float(cost["heuristic"].mean())
+    rows = []
+    for name in (*LADDER, "learned"):
+        if name == "lower bound":
+            if bound is None:
+                continue
+            rows.append({"name": name, "cost": float(np.mean(bound)), "per_seed": bound})
+            continue
+        if name not in per:
+            continue
+        ms = per[name]
+        row: dict[str, Any] = {
+            "name": name, "cost": float(cost[name].mean()),
+            "per_seed": [float(c) for c in cost[name]],
+            "terms": {t: float(np.mean([m[t] for m in ms])) for t in TERMS},
+            "transitions": float(np.mean([m["transitions"] for m in ms])),
+            "sla_lc": float(np.mean([m["sla_lc"] for m in ms])),
+            "sla_batch": float(np.mean([m["sla_batch"] for m in ms])),
+            "decide_ms": float(np.mean([m.get("decide_ms", 0.0) for m in ms])),
+            "replan_s": float(np.mean([m.get("solve_s", 0.0) for m in ms]))}
+        d, lo, hi = paired_ci(cost[name], cost["heuristic"])
+        row["diff_vs_heuristic_pct_ci95"] = [100 * x / base for x in (d, lo, hi)]
+        row["terms_diff_vs_heuristic"] = {
+            t: float(np.mean([a[t] - b[t] for a, b in zip(ms, per["heuristic"], strict=True)]))
+            for t in TERMS}
+        if "learned" in per and name != "learned":
+            d, lo, hi = paired_ci(cost["learned"], cost[name])
+            row["learned_minus_this_ci95"] = [d, lo, hi]
+        rows.append(row)
+    bound_ok = None
+    if bound is not None:
+        bound_ok = all(b <= float(c) + 1e-9 for v in cost.values()
+                       for b, c in zip(bound, v, strict=True))
+    return {"scenario": cfg.name, "n_test_seeds": len(seeds), "seeds": seeds,
+            "checkpoint": checkpoint, "tuning": tuned, "rows": rows,
+            "bound_below_every_controller": bound_ok, "wall_s": wall_s,
+            "config": {"n_seeds": yc.n_seeds, "tune_samples": yc.tune_samples,
+                       "tune_seeds": yc.tune_seeds, "sim_mpc": yc.sim_mpc,
+                       "hindsight": yc.hindsight}}
+
+
+def attach_bound(out: dict[str, Any], bound: list[float]) -> None:
+    """Put per-seed bounds computed elsewhere (the same seeds) at the foot of the ladder."""
+    out["rows"].insert(0, {"name": "lower bound", "cost": float(np.mean(bound)),
+                           "per_seed": bound})
+    costs = [r["per_seed"] for r in out["rows"][1:]]
+    out["bound_below_every_controller"] = all(b <= c + 1e-9 for row in costs
+                                              for b, c in zip(bound, row, strict=True))
+
+
+def format_markdown(out: dict[str, Any]) -> str:
+    """The ladder as a Markdown table, cheapest first as measured, with cost terms."""
+    head = ("| controller | cost $ | energy $ | carbon $ | SLA LC $ | SLA batch $ | "
+            "transitions | vs heuristic % [95% CI] | learned − this $ [95% CI] |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in out["rows"]:
+        if "terms" not in r:
+            lines.append(f"| {r['name']} | {r['cost']:.2f} | | | | | | | |")
+            continue
+        t = r["terms"]
+        vs = r["diff_vs_heuristic_pct_ci95"]
+        vs_s = "" if r["name"] == "heuristic" else f"{vs[0]:+.1f} [{vs[1]:+.1f}, {vs[2]:+.1f}]"
+        lm = r.get("learned_minus_this_ci95")
+        lm_s = f"{lm[0]:+.2f} [{lm[1]:+.2f}, {lm[2]:+.2f}]" if lm else ""
+        lines.append(f"| {r['name']} | {r['cost']:.2f} | {t['energy_usd']:.2f} | "
+                     f"{t['carbon_usd']:.2f} | {t['sla_lc_usd']:.2f} | {t['sla_batch_usd']:.2f}"
+                     f" | {r['transitions']:.0f} | {vs_s} | {lm_s} |")
+    return "\n".join(lines)
