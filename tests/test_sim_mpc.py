@@ -165,6 +165,13 @@ def test_every_decision_is_a_menu_point(cfg):
     assert len(ctrl.solve_times) == 4  # one re-plan every second decision
 
 
+def test_the_menu_is_the_learned_policys():
+    from cloudrl.mpc.sim_mpc import rollout
+
+    assert rollout.FINE_RELEASE_LEVELS == FINE_RELEASE_LEVELS
+    assert rollout.FINE_READY_MARGINS == FINE_READY_MARGINS
+
+
 @given(st.lists(st.tuples(st.floats(-3, 3), st.floats(-3, 3)), min_size=1, max_size=6))
 def test_snap_lands_on_the_menu(points):
     out = snap(np.clip(np.array(points), [0.0, -0.5], [1.0, 1.0]))

@@ -23,16 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloudrl.algorithms.distill.actions import (
-    FINE_READY_MARGINS,
-    FINE_RELEASE_LEVELS,
-    nearest_action,
-)
 from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 from cloudrl.mpc.sim_mpc.cem import cem
 from cloudrl.mpc.sim_mpc.future import Forecasts, blank_future, sample_future
 from cloudrl.mpc.sim_mpc.pool import RolloutPool
-from cloudrl.mpc.sim_mpc.rollout import Scoring, snap
+from cloudrl.mpc.sim_mpc.rollout import FINE_READY_MARGINS, FINE_RELEASE_LEVELS, Scoring, snap
 from envs.scenario.control import PlanView, plan_view, release_and_ready
 from envs.scenario.sim import ScenarioSim
 
@@ -81,8 +76,10 @@ class SimMPCConfig:
 
 def menu_point(v: PlanView, release_util: float, ready_cores: float) -> np.ndarray:
     """The menu's (release, margin) nearest to the controls ``(release_util, ready_cores)``."""
-    i, j = nearest_action(v, release_util, ready_cores, FINE_RELEASE_LEVELS,
-                          FINE_READY_MARGINS)
+    levels = np.asarray(FINE_RELEASE_LEVELS, dtype=float)
+    i = int(np.argmin(np.abs(levels - release_util)))
+    ready = np.array([release_and_ready(v, 0.0, m)[1] for m in FINE_READY_MARGINS])
+    j = int(np.argmin(np.abs(ready - ready_cores)))  # ties: the lower margin
     return np.array([FINE_RELEASE_LEVELS[i], FINE_READY_MARGINS[j]])
 
 

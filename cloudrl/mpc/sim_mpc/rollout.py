@@ -30,11 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS, FINE_RELEASE_LEVELS
 from cloudrl.mpc.fluid import grid_usd_per_kwh, watts_per_busy_core
 from envs.scenario.config import BATCH, LATENCY_CRITICAL
 from envs.scenario.sim import ScenarioSim
 
+# the learned policy's menu (cloudrl.algorithms.distill.actions' FINE_RELEASE_LEVELS and
+# FINE_READY_MARGINS, which a policy layer may not import; a test keeps them equal)
+FINE_RELEASE_LEVELS = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
+FINE_READY_MARGINS = (-0.5, -0.25, 0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 RELEASE_RANGE = (FINE_RELEASE_LEVELS[0], FINE_RELEASE_LEVELS[-1])
 MARGIN_RANGE = (FINE_READY_MARGINS[0], FINE_READY_MARGINS[-1])
 _RELEASE = np.asarray(FINE_RELEASE_LEVELS, dtype=float)
