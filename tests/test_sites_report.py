@@ -103,3 +103,19 @@ def test_headroom_runs_on_an_added_site(tmp_path, monkeypatch):
         assert raw["per_window"][name][0]["cost_usd"] > 0
     test = site.splits["temporal"].test
     assert test.start <= raw["windows"][0]["start_date"] < test.end
+
+
+def test_a_reused_one_plan_oracle_keeps_its_numbers_under_its_own_name():
+    from cloudrl.sites.headroom import ORACLE_1, _renamed
+
+    raw = _raw(np.random.default_rng(5))
+    raw["specs"] = [{"name": "heuristic", "kind": "signal_aware", "params": {}},
+                    {"name": "mpc", "kind": "mpc", "params": {}},
+                    {"name": "fluid oracle", "kind": "oracle", "params": {"alternatives": []}}]
+    out = _renamed(raw)
+    assert "fluid oracle" not in out["per_window"]
+    assert out["per_window"][ORACLE_1] == raw["per_window"]["fluid oracle"]
+    assert "fluid oracle" in raw["per_window"]  # the input is left as it was
+    # an oracle with its plan variants keeps its name
+    raw["specs"][2]["params"] = {}
+    assert "fluid oracle" in _renamed(raw)["per_window"]

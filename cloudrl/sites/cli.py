@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     hr.add_argument("--tune-seeds", type=int, default=4)
     hr.add_argument("--workers", type=int, default=2)
     hr.add_argument("--checkpoint", default=None, help="a learned policy to test beside")
+    hr.add_argument("--reuse", default=None, metavar="RAW.json", help="an earlier raw "
+                    "result of this site and split: keep its tuning, selection, windows and "
+                    "controllers; play only the controllers it lacks")
     hr.add_argument("--out", default=None, metavar="JSON", help="raw results file")
     hr.set_defaults(func=run_headroom)
     ev = acts.add_parser("evaluate", help="forecast error by lead on the test period")
@@ -149,8 +152,17 @@ def run_headroom(args: argparse.Namespace) -> int:
                             ("--workers", args.workers, 1, 1024)):
         if v is not None and not lo <= v <= hi:
             return _fail(f"{flag}: {v} is outside {lo}..{hi}")
+    reuse = None
+    if args.reuse:
+        try:
+            reuse = json.loads(Path(args.reuse).read_text())
+            if (reuse["site"], reuse["split"]) != (site.name, args.split):
+                return _fail(f"--reuse: {args.reuse} holds {reuse['site']} {reuse['split']}, "
+                             f"not {site.name} {args.split}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return _fail(f"--reuse: {args.reuse}: {str(e).splitlines()[0]}")
     raw = measure(site, args.split, args.per_season, args.tune_samples, args.tune_seeds,
-                  args.workers, args.checkpoint)
+                  args.workers, args.checkpoint, reuse=reuse)
     s = summarise(raw)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

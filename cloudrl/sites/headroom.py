@@ -29,7 +29,8 @@ from cloudrl.sites.splits import Window, check_no_leak, episode_windows, stratif
 
 TERMS = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "sla_lc_usd", "sla_batch_usd",
          "sla_lc", "sla_batch", "peak_kw", "energy_kwh")
-ORACLE = ControllerSpec("oracle", {"alternatives": ()}, "fluid oracle")
+ORACLE = ControllerSpec("oracle", {}, "fluid oracle")  # three plans, the cheapest replayed
+ORACLE_1 = "fluid oracle, 1 plan"  # earlier runs: one plan, no hindsight choice
 
 
 def play(cfg, spec: ControllerSpec, seed: int) -> dict[str, float]:
@@ -90,32 +91,59 @@ def tune_and_select(site: Site, split: str, samples: int, seeds: int, workers: i
 
 def measure(site: Site, split: str, per_season: int | None, samples: int = 6,
             seeds: int = 4, workers: int = 2, learned: str | None = None,
-            carbon_model: str = "gbt") -> dict[str, Any]:
-    """Tune, select, and play every controller on the chosen test windows (raw results)."""
+            carbon_model: str = "gbt", reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Tune, select, and play every controller on the chosen test windows (raw results).
+    With ``reuse`` (an earlier raw result of the same site and split) the tuning, the
+    selection and the windows are taken from it and only controllers it lacks are played."""
     from cloudrl.parallel import ordered_map
 
     t0 = time.perf_counter()
-    sel = tune_and_select(site, split, samples, seeds, workers, carbon_model)
+    sel = reuse["selection"] if reuse else tune_and_select(site, split, samples, seeds,
+                                                           workers, carbon_model)
     kind = sel["selected"]
     specs = [ControllerSpec(kind, sel["tuned"][kind]["params"], "heuristic"),
              ControllerSpec("mpc", {}, "mpc"), ORACLE]
     if learned:
         specs.append(ControllerSpec("learned", {"checkpoint": learned}, "learned"))
     probe = site_scenario(site, split, "test", start_date=None, carbon_model=carbon_model)
-    windows = stratified(episode_windows(site, split, probe.signal_ticks * probe.tick_seconds,
-                                      probe.days), per_season)
+    if reuse:
+        windows = [Window(**w) for w in reuse["windows"]]
+        done = _renamed(reuse)
+        specs = [s for s in specs if s.name not in done["per_window"]]
+    else:
+        windows = stratified(episode_windows(site, split, probe.signal_ticks
+                                             * probe.tick_seconds, probe.days), per_season)
     items = [(site, split, w, s, carbon_model) for s in specs for w in windows]
-    flat = ordered_map(_window_item, items, workers, desc=f"{site.name} {split}")
+    flat = ordered_map(_window_item, items, workers, desc=f"{site.name} {split}") \
+        if items else []
     n = len(windows)
     per = {s.name: flat[i * n:(i + 1) * n] for i, s in enumerate(specs)}
-    return {"site": site.name, "split": split, "periods": site.splits[split].model_dump(),
-            "windows": [asdict(w) for w in windows], "selection": sel,
-            "specs": [{"name": s.name, "kind": s.kind, "params": s.params} for s in specs],
-            "per_window": {k: [{t: float(m[t]) for t in TERMS} for m in v]
-                           for k, v in per.items()},
-            "days": probe.days, "wall_s": time.perf_counter() - t0,
-            "size": {"tune_samples": samples, "tune_seeds": seeds, "per_season": per_season,
-                     "workers": workers}}
+    out = {"site": site.name, "split": split, "periods": site.splits[split].model_dump(),
+           "windows": [asdict(w) for w in windows], "selection": sel,
+           "specs": [{"name": s.name, "kind": s.kind, "params": s.params} for s in specs],
+           "per_window": {k: [{t: float(m[t]) for t in TERMS} for m in v]
+                          for k, v in per.items()},
+           "days": probe.days, "wall_s": time.perf_counter() - t0,
+           "size": {"tune_samples": samples, "tune_seeds": seeds, "per_season": per_season,
+                    "workers": workers}}
+    if reuse:
+        out["specs"] = done["specs"] + out["specs"]
+        out["per_window"] = {**done["per_window"], **out["per_window"]}
+        out["size"] = done["size"]
+        out["wall_s"] += done["wall_s"]
+        out["reused"] = True
+    return out
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with a one-plan oracle (``alternatives`` empty) named :data:`ORACLE_1`."""
+    raw = dict(raw, per_window=dict(raw["per_window"]), specs=[dict(s) for s in raw["specs"]])
+    for s in raw["specs"]:
+        if s["kind"] == "oracle" and not s["params"].get("alternatives", True) \
+                and s["name"] == ORACLE.name:
+            raw["per_window"][ORACLE_1] = raw["per_window"].pop(ORACLE.name)
+            s["name"] = ORACLE_1
+    return raw
 
 
 def summarise(raw: dict[str, Any], demand_usd_per_kw_month: float = 15.0) -> dict[str, Any]:

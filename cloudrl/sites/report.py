@@ -17,7 +17,7 @@ from cloudrl.sites.forecast_eval import evaluate_forecasts
 from cloudrl.sites.headroom import summarise
 from cloudrl.sites.registry import get_site
 
-CONTROLLERS = ("heuristic", "mpc", "fluid oracle", "learned")
+CONTROLLERS = ("heuristic", "mpc", "fluid oracle", "learned", "fluid oracle, 1 plan")
 LEADS = (1, 6, 12, 24)
 
 
@@ -44,6 +44,7 @@ def _row(raw: dict[str, Any]) -> dict[str, Any]:
         "cost_terms": means,
         "diff_vs_heuristic_ci95": {k: s["diff_vs_heuristic"].get(k) for k in CONTROLLERS[1:]},
         "diff_vs_mpc_ci95": {k: s["diff_vs_mpc"].get(k) for k in CONTROLLERS[2:]},
+        "reused": bool(raw.get("reused")),
         "sla_by_class": {k: {"latency_critical": m["sla_lc"], "batch": m["sla_batch"],
                              "latency_critical_usd": m["sla_lc_usd"],
                              "batch_usd": m["sla_batch_usd"]} for k, m in means.items()},
@@ -154,6 +155,19 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _headroom_command(r: dict[str, Any], path: str) -> list[str]:
+    sz = r["size"]
+    season = f" --per-season {sz['per_season']}" if sz["per_season"] else ""
+    first = path.replace(".json", "-first.json") if r.get("reused") else path
+    out = [f"cloudrl sites headroom --site {r['site']} --split {r['split']}{season} "
+           f"--tune-samples {sz['tune_samples']} --tune-seeds {sz['tune_seeds']} "
+           f"--workers {sz['workers']} --out {first}"]
+    if r.get("reused"):
+        out.append(f"cloudrl sites headroom --site {r['site']} --split {r['split']} "
+                   f"--reuse {first} --workers {sz['workers']} --out {path}")
+    return out
+
+
 def write_report(raws: list[dict[str, Any]], json_out: Path, md_out: Path,
                  raw_paths: list[str] | None = None) -> list[dict[str, Any]]:
     rows = [_row(r) for r in raws]
@@ -162,11 +176,7 @@ def write_report(raws: list[dict[str, Any]], json_out: Path, md_out: Path,
     paths = raw_paths or [f"{r['site']}-{r['split']}.json" for r in raws]
     lines = []
     for r, path in zip(raws, paths, strict=True):
-        sz = r["size"]
-        season = f" --per-season {sz['per_season']}" if sz["per_season"] else ""
-        lines.append(f"cloudrl sites headroom --site {r['site']} --split {r['split']}{season} "
-                     f"--tune-samples {sz['tune_samples']} --tune-seeds {sz['tune_seeds']} "
-                     f"--workers {sz['workers']} --out {path}")
+        lines += _headroom_command(r, path)
     lines.append(f"cloudrl sites report {' '.join(paths)} --json {json_out} --md {md_out}")
     md_out.write_text(markdown(rows, "\n".join(lines)))
     return rows
