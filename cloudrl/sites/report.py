@@ -97,6 +97,20 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         out.append(f"- {r['site']} {r['split']}: the MPC is "
                    f"{_verdict(d['mpc']['cost_pct'])}; the fluid oracle is "
                    f"{_verdict(d['fluid oracle']['cost_pct'])}.")
+    out += ["", "Which terms differ (95% CI excluding 0; $ per window, controller minus "
+            "heuristic), and the difference once the demand charge below is added:", ""]
+    names = {"energy_usd": "energy", "carbon_usd": "carbon", "sla_lc_usd": "SLA latency-"
+             "critical", "sla_batch_usd": "SLA batch"}
+    for r in rows:
+        for who in ("mpc", "fluid oracle", "learned"):
+            d = r["diff_vs_heuristic_ci95"].get(who)
+            if not d:
+                continue
+            terms = [f"{names[k]} {d[k][0]:+.2f}" for k in names if d[k][1] > 0 or d[k][2] < 0]
+            dc = d["cost_with_demand_charge"]
+            out.append(f"- {r['site']} {r['split']}, {who}: "
+                       f"{', '.join(terms) if terms else 'no term'}; with the demand charge "
+                       f"{_ci(dc)} $ ({_verdict(dc)}).")
     out += ["", "## Where the difference comes from: cost terms", "",
             "Mean $ per window, and each term's paired difference from the heuristic "
             "($, 95% CI). SLA $ is violations times the class penalty ($1 latency-critical, "
