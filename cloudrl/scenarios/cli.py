@@ -117,7 +117,7 @@ def evaluate_scenario(args: argparse.Namespace) -> int:
         return _fail(f"--sla-budget {budget[0]:g} {budget[1]:g}: two violation rates in [0, 1] "
                      f"(latency-critical, batch)")
     seeds = list(seeds_for(args.split, args.n_seeds))
-    res = run_controllers(cfg, specs, seeds, args.workers)
+    res = run_controllers(cfg, specs, seeds, args.workers, desc="episodes")
     cols = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "energy_kwh", "carbon_kg",
             "sla_lc", "sla_batch", "decide_ms")
     variant = f" with --override {json.dumps(overrides)}" if overrides else ""
