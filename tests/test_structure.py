@@ -136,7 +136,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
     ("shared services", ("cloudrl", "protocol", "metrics", "tracking", "replay",
                          "config_loader", "ray_utils", "threads", "callbacks", "connectors",
                          "env_runners", "policy", "quiet", "demo_report", "trace_import",
-                         "signals", "argparsing"), True),
+                         "signals", "argparsing", "parallel", "progress"), True),
     ("data", ("data", "serving"), False),  # serving: the decision service's wire format
     ("operator feedback", ("feedback",), False),
     ("policies", ("heuristics", "mpc", "lower_bound"), False),
