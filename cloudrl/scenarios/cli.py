@@ -424,9 +424,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = ss.add_parser("evaluate", help="controllers on one scenario, mean cost terms")
     ev.add_argument("--scenario", required=True)
     ev.add_argument("--policy", action="append",
-                    help="signal_aware | mpc | oracle | run_at_once | mpc_rounded | "
-                         "signal_aware_rounded (repeatable; default: the first four; a "
-                         "*_rounded policy plays through the env's 24 actions)")
+                    help="signal_aware | mpc | oracle | run_at_once | deadline_aware | "
+                         "sim_mpc | sim_hindsight | mpc_rounded | signal_aware_rounded "
+                         "(repeatable; default: the first four; a *_rounded policy plays "
+                         "through the env's 24 actions; sim_mpc re-plans on rollouts of the "
+                         "simulator, seconds per re-plan)")
     ev.add_argument("--params", help="policy name -> its parameters: a JSON object, or a "
                     "file holding one (e.g. a checkpoint's references.json)")
     ev.add_argument("--split", default="test", choices=("train", "validation", "test"))
