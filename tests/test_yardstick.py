@@ -108,3 +108,37 @@ def test_the_ladder_runs_end_to_end_on_tiny(tmp_path):
     data = json.loads((tmp_path / "y.json").read_text())
     assert [r["name"] for r in data["rows"]] == list(LADDER)
     assert data["bound_below_every_controller"] is True
+
+
+def test_sim_rows_from_a_bench_run_join_the_ladder_and_the_headline_row(tmp_path):
+    from cloudrl.scenarios.yardstick import attach_sim, merge_into_headline
+
+    rng = np.random.default_rng(3)
+    per = {name: [with_terms(CFG, _episode(rng)) for _ in range(4)] for name in
+           ("heuristic", "fluid MPC", "learned")}
+    out = summarise(CFG, [5, 6, 7, 8], per, None, {}, None, 0.0, YardstickConfig())
+    attach_bound(out, [-5.0] * 4)
+    bench = {"test": {"seeds": [5, 6, 7, 8], "config": "K2", "table": {
+        "sim_mpc_K2": {"per_seed": [1.0, 2.0, 3.0, 4.0], "replan_s": 0.5},
+        "sim_hindsight": {"per_seed": [0.5, 1.0, 1.5, 2.0], "replan_s": 0.7}}}}
+    attach_sim(out, bench)
+    names = [r["name"] for r in out["rows"]]
+    assert names == ["lower bound", "hindsight oracle", "sim-MPC", "fluid MPC", "heuristic",
+                     "learned"]
+    assert out["bound_below_every_controller"] is True
+    learned = np.array(out["rows"][-1]["per_seed"])
+    sim = next(r for r in out["rows"] if r["name"] == "sim-MPC")
+    assert sim["learned_minus_this_ci95"][0] == pytest.approx(float(learned.mean() - 2.5))
+    bench["test"]["seeds"] = [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="seeds differ"):
+        attach_sim(out, bench)
+    path = tmp_path / "headline.json"
+    path.write_text(json.dumps({"scenarios": [{"scenario": CFG.name, "learned_cost": 1.0}]}))
+    assert merge_into_headline(path, out)
+    row = json.loads(path.read_text())["scenarios"][0]
+    assert row["learned_cost"] == 1.0 and row["sim_mpc_cost"] == 2.5
+    assert row["sim_mpc_replan_s"] == 0.5 and row["lower_bound_cost"] == -5.0
+    assert row["diff_vs_sim_mpc_ci95"] == sim["learned_minus_this_ci95"]
+    assert [d["name"] for d in row["decomposition"]] == names
+    out["scenario"] = "other"
+    assert not merge_into_headline(path, out)

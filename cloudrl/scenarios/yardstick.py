@@ -167,11 +167,82 @@ def summarise(cfg: ScenarioConfig, seeds: list[int], per: dict[str, list[dict[st
 
 def attach_bound(out: dict[str, Any], bound: list[float]) -> None:
     """Put per-seed bounds computed elsewhere (the same seeds) at the foot of the ladder."""
+    out["rows"] = [r for r in out["rows"] if r["name"] != "lower bound"]
     out["rows"].insert(0, {"name": "lower bound", "cost": float(np.mean(bound)),
                            "per_seed": bound})
     costs = [r["per_seed"] for r in out["rows"][1:]]
     out["bound_below_every_controller"] = all(b <= c + 1e-9 for row in costs
                                               for b, c in zip(bound, row, strict=True))
+
+
+SIM_FROM_BENCH = {"sim-MPC": "sim_mpc_K2", "hindsight oracle": "sim_hindsight"}
+
+
+def attach_sim(out: dict[str, Any], bench: dict[str, Any]) -> None:
+    """The sim-MPC and hindsight rows of an ``experiments/benchmarks/bench_sim_mpc.py``
+    run (its ``results.json``) on the same test seeds, placed on the ladder: costs, paired
+    differences and the time per re-plan (that run recorded no cost terms)."""
+    test = bench["test"]
+    if [int(s) for s in test["seeds"]] != [int(s) for s in out["seeds"]]:
+        raise ValueError("--sim-from: its test seeds differ from the ladder's")
+    by = {r["name"]: r for r in out["rows"]}
+    heur = np.array(by["heuristic"]["per_seed"])
+    learned = np.array(by["learned"]["per_seed"]) if "learned" in by else None
+    base = float(heur.mean())
+    for name, key in SIM_FROM_BENCH.items():
+        got = test["table"][key]
+        cost = np.array(got["per_seed"], float)
+        row: dict[str, Any] = {"name": name, "cost": float(cost.mean()),
+                               "per_seed": [float(c) for c in cost],
+                               "replan_s": got.get("replan_s"),
+                               "source": f"bench_sim_mpc ({test.get('config', key)})"}
+        row["diff_vs_heuristic_pct_ci95"] = [100 * x / base for x in paired_ci(cost, heur)]
+        if learned is not None:
+            row["learned_minus_this_ci95"] = list(paired_ci(learned, cost))
+        by[name] = row
+    out["rows"] = [by[n] for n in (*LADDER, "learned") if n in by]
+    if out.get("bound_below_every_controller") is not None:
+        bound = out["rows"][0]["per_seed"]
+        out["bound_below_every_controller"] = all(
+            b <= c + 1e-9 for r in out["rows"][1:] for b, c in zip(bound, r["per_seed"],
+                                                                    strict=True))
+    out["sim_from"] = bench.get("machine")
+
+
+def headline_fields(out: dict[str, Any]) -> dict[str, Any]:
+    """The ladder's fields for the scenario's row of ``docs/results/headline.json`` (on the
+    ladder's own test seeds, named in ``yardstick_seeds``)."""
+    by = {r["name"]: r for r in out["rows"]}
+
+    def cost(name: str) -> float | None:
+        return by[name]["cost"] if name in by else None
+
+    sim = by.get("sim-MPC", {})
+    return {
+        "yardstick_seeds": out["seeds"], "yardstick_command": out.get("command"),
+        "lower_bound_cost": cost("lower bound"), "hindsight_cost": cost("hindsight oracle"),
+        "sim_mpc_cost": cost("sim-MPC"), "sim_mpc_replan_s": sim.get("replan_s"),
+        "learned_cost_on_yardstick_seeds": cost("learned"),
+        "diff_vs_sim_mpc_ci95": sim.get("learned_minus_this_ci95"),
+        "decomposition": [{k: r[k] for k in ("name", "cost", "terms", "transitions",
+                                             "diff_vs_heuristic_pct_ci95",
+                                             "learned_minus_this_ci95") if k in r}
+                          for r in out["rows"]]}
+
+
+def merge_into_headline(path, out: dict[str, Any]) -> bool:
+    """Add :func:`headline_fields` to the scenario's row of ``path``; False if none."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    data = json.loads(p.read_text())
+    for row in data.get("scenarios", []):
+        if row.get("scenario") == out["scenario"]:
+            row.update(headline_fields(out))
+            p.write_text(json.dumps(data, indent=2) + "\n")
+            return True
+    return False
 
 
 def format_markdown(out: dict[str, Any]) -> str:
@@ -181,7 +252,11 @@ def format_markdown(out: dict[str, Any]) -> str:
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in out["rows"]:
         if "terms" not in r:
-            lines.append(f"| {r['name']} | {r['cost']:.2f} | | | | | | | |")
+            vs = r.get("diff_vs_heuristic_pct_ci95")
+            vs_s = f"{vs[0]:+.1f} [{vs[1]:+.1f}, {vs[2]:+.1f}]" if vs else ""
+            lm = r.get("learned_minus_this_ci95")
+            lm_s = f"{lm[0]:+.2f} [{lm[1]:+.2f}, {lm[2]:+.2f}]" if lm else ""
+            lines.append(f"| {r['name']} | {r['cost']:.2f} | | | | | | {vs_s} | {lm_s} |")
             continue
         t = r["terms"]
         vs = r["diff_vs_heuristic_pct_ci95"]

@@ -63,12 +63,28 @@ def _cmd_yardstick(args: argparse.Namespace) -> int:
                          tune_seeds=args.tune_seeds, sim_mpc=sim_mpc, hindsight=hindsight,
                          workers=args.workers, bound=bound is None and not args.no_bound,
                          sim=not args.no_sim)
-    out = measure(cfg, args.checkpoint, yc, log=lambda s: print(s, flush=True))
+    if args.from_json:
+        try:
+            out = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as e:
+            return _fail(f"--from-json {args.from_json}: {e}")
+        if out.get("scenario") != cfg.name:
+            return _fail(f"--from-json {args.from_json}: a ladder of {out.get('scenario')!r},"
+                         f" not {cfg.name!r}")
+    else:
+        out = measure(cfg, args.checkpoint, yc, log=lambda s: print(s, flush=True))
+        out["command"] = " ".join(["cloudrl", *sys.argv[1:]])
+    if args.sim_from:
+        from cloudrl.scenarios.yardstick import attach_sim
+
+        try:
+            attach_sim(out, json.loads(Path(args.sim_from).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return _fail(f"--sim-from {args.sim_from}: {type(e).__name__}: {e}")
     if bound is not None:
         from cloudrl.scenarios.yardstick import attach_bound
 
         attach_bound(out, bound)
-    out["command"] = " ".join(["cloudrl", *sys.argv[1:]])
     print(f"\n{cfg.name}: {out['n_test_seeds']} test seeds, $ per episode, paired by seed")
     print(format_markdown(out))
     if out["bound_below_every_controller"] is not None:
@@ -78,6 +94,12 @@ def _cmd_yardstick(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))
         print(f"wrote {args.json}")
+    if args.headline_json:
+        from cloudrl.scenarios.yardstick import merge_into_headline
+
+        if not merge_into_headline(args.headline_json, out):
+            return _fail(f"--headline-json {args.headline_json}: no row for {cfg.name}")
+        print(f"added the ladder to {cfg.name}'s row of {args.headline_json}")
     return 0
 
 
@@ -102,4 +124,10 @@ def add_yardstick_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--no-sim", action="store_true", help="skip the sim-MPC rows")
     p.add_argument("--workers", type=int, default=None, help="Ray workers (default: CPUs)")
     p.add_argument("--json", help="write the ladder as JSON to this path")
+    p.add_argument("--from-json", help="do not measure: read a ladder this command wrote")
+    p.add_argument("--sim-from", help="add the sim-MPC and hindsight rows of an "
+                                      "experiments/benchmarks/bench_sim_mpc.py results.json "
+                                      "(the same test seeds)")
+    p.add_argument("--headline-json", help="add the ladder's fields to the scenario's row of "
+                                           "this file (docs/results/headline.json)")
     p.set_defaults(func=_cmd_yardstick)
