@@ -71,7 +71,7 @@ def _verdict(ci: list[float]) -> str:
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
     out = ["# Real sites: results", "",
-           "Produced by:", "", "```", command, "```", "",
+           "Produced by:", "", "```bash", command, "```", "",
            "Every number below is printed into this page by that last command from the raw "
            "results of the `cloudrl sites headroom` runs it names. Costs are dollars per "
            "2-day test window (arrivals for 2 days, then the drain), means over the windows; "
