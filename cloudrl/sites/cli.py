@@ -60,12 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     hr.add_argument("--reuse", default=None, metavar="RAW.json", help="an earlier raw "
                     "result of this site and split: keep its tuning, selection, windows and "
                     "controllers; play only the controllers it lacks")
-    hr.add_argument("--out", default=None, metavar="JSON", help="raw results file")
+    hr.add_argument("--out", default=None, metavar="JSON",
+                    help="raw results file (default: none written)")
     hr.set_defaults(func=run_headroom)
     ev = acts.add_parser("evaluate", help="forecast error by lead on the test period")
     ev.add_argument("--site", required=True)
     ev.add_argument("--split", default="temporal")
-    ev.add_argument("--out", default=None, metavar="JSON")
+    ev.add_argument("--out", default=None, metavar="JSON",
+                    help="forecast errors as JSON (default: none written)")
     ev.set_defaults(func=run_evaluate)
     rep = acts.add_parser("report", help="docs/results/sites.{json,md} from raw results")
     rep.add_argument("raw", nargs="+", metavar="RAW.json")
