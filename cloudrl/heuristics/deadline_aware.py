@@ -22,7 +22,7 @@ plays as the signal-aware rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,14 +42,6 @@ class DeadlineAwareConfig(SignalAwareConfig):
         if not 0.0 <= self.wait_factor <= 20.0:
             raise ValueError("DeadlineAwareConfig.wait_factor must be in [0, 20], got "
                              f"{self.wait_factor}")
-
-    @classmethod
-    def from_dict(cls, params: dict) -> DeadlineAwareConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"DeadlineAwareConfig: unknown parameter(s) {unknown}")
-        return cls(**params)
 
 
 def due_mask(v: PlanView, slack_k: float, wait_factor: float) -> np.ndarray:

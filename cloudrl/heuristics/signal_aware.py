@@ -21,6 +21,7 @@ Its knobs are tuned on validation seeds (``cloudrl scenarios tune``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Self
 
 import numpy as np
 
@@ -49,11 +50,11 @@ class SignalAwareConfig:
             raise ValueError("SignalAwareConfig.ready_margin must be in [-0.5, 5]")
 
     @classmethod
-    def from_dict(cls, params: dict) -> SignalAwareConfig:
+    def from_dict(cls, params: dict) -> Self:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ValueError(f"SignalAwareConfig: unknown parameter(s) {unknown}")
+            raise ValueError(f"{cls.__name__}: unknown parameter(s) {unknown}")
         return cls(**params)
 
 
