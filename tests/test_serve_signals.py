@@ -42,7 +42,7 @@ from tests.test_serve import Client, _deploy, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "serve_apps" / "signals_service.yaml"
-SERVING_DOC = ROOT / "docs" / "tasks" / "serving.md"
+SERVING_DOC = ROOT / "docs" / "tasks" / "serving-signals.md"
 PORTS = range(8731, 8740)
 TOKEN = "signals-token-123456"
 TINY_PPO = {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1}
@@ -197,10 +197,10 @@ def _feasible(raw: list[int], mask: np.ndarray, sizes: list[int]) -> bool:
 
 
 def _doc_example() -> dict:
-    """The ``/v1/decide`` request with signals that docs/tasks/serving.md shows."""
+    """The ``/v1/decide`` request with signals that docs/tasks/serving-signals.md shows."""
     text = SERVING_DOC.read_text()
     m = re.search(r"<!-- signals-example -->\s*```json\n(.*?)```", text, re.S)
-    assert m, "docs/tasks/serving.md: no json block after <!-- signals-example -->"
+    assert m, "docs/tasks/serving-signals.md: no json block after <!-- signals-example -->"
     return json.loads(m.group(1))
 
 
@@ -224,7 +224,7 @@ def _no_solar(body: dict) -> None:
     body["signals"].pop("solar_fc_kw")
 
 
-# the error examples docs/tasks/serving.md shows: each edit of the example, and its field
+# the error examples docs/tasks/serving-signals.md shows: each edit of the example, and its field
 DOC_ERRORS = [(_shorter, "signals.price_fc"), (_nan, "signals.carbon_fc[2]"),
               (_negative, "signals.carbon_now"), (_no_signals, "signals"),
               (_no_solar, "signals.solar_fc_kw")]

@@ -592,7 +592,7 @@ def run_scenario_headline(cfg: ScenarioHeadlineConfig) -> HeadlineOutcome:
         "diff_vs_mpc_ci95": claim["diff_vs_mpc_ci95"],
         "gap_closed_pct": claim["gap_closed_pct"], "decide_p50_ms": claim["decide_p50_ms"],
         "decide_where": "in-process, batch 1, one torch thread (the service's own figure: "
-                        "docs/tasks/serving.md)",
+                        "docs/tasks/serving-scenarios.md)",
         "mpc_solve_s": solve,
         "sla_by_class": {who: {cls: mean[who][key] for cls, key in SLA_KEYS.items()}
                          for who in ("heuristic", "mpc", claim["policy"])},
