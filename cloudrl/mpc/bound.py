@@ -361,25 +361,11 @@ def _dual_value(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, a: spars
 
 
 def _highs():
-    """A fresh HiGHS instance (its constructor's banner muted, as in :mod:`cloudrl.mpc.fluid`):
-    one per solve, since HiGHS measures ``time_limit`` on an instance's clock, which runs on
-    across solves."""
-    import os
-    import sys
+    """A fresh HiGHS instance (:func:`cloudrl.mpc.fluid.quiet_highs`): one per solve, since
+    HiGHS measures ``time_limit`` on an instance's clock, which runs on across solves."""
+    from cloudrl.mpc.fluid import quiet_highs
 
-    import highspy
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            h = highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-    h.setOptionValue("output_flag", False)
-    return h
+    return quiet_highs()
 
 
 def _solve(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, a: sparse.csc_matrix,

@@ -92,24 +92,32 @@ def solve(problem: FluidProblem) -> FluidPlan:
 _SOLVER: list = []
 
 
-def _solver(highspy):
-    """One HiGHS instance per process, built with stdout muted (its constructor prints a
-    banner from C, which no option turns off), then reused: a model is replaced per solve."""
-    if not _SOLVER:
-        import os
-        import sys
+def quiet_highs():
+    """A new HiGHS instance, built with stdout muted (its constructor prints a banner from
+    C, which no option turns off) and its own output off."""
+    import os
+    import sys
 
-        sys.stdout.flush()
-        saved = os.dup(1)
-        try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
-                h = highspy.Highs()
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        h.setOptionValue("output_flag", False)
-        _SOLVER.append(h)
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+def _solver(highspy):
+    """One HiGHS instance per process (:func:`quiet_highs`), then reused: a model is
+    replaced per solve."""
+    if not _SOLVER:
+        _SOLVER.append(quiet_highs())
     return _SOLVER[0]
 
 
