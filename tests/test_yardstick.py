@@ -142,3 +142,45 @@ def test_sim_rows_from_a_bench_run_join_the_ladder_and_the_headline_row(tmp_path
     assert [d["name"] for d in row["decomposition"]] == names
     out["scenario"] = "other"
     assert not merge_into_headline(path, out)
+
+
+def test_measured_sim_rows_join_a_saved_ladder_on_its_own_seeds(tmp_path):
+    """``--from-json F --measure sim`` plays the three sim rows on the ladder's seeds (real
+    episodes of ``tiny``), keeps the other rows, pairs them with the learned row and re-checks
+    the bound; ``--measure`` without a ladder is one line, exit 2."""
+    from cloudrl.mpc.bound import episode_bound
+    from cloudrl.scenarios.runner import ControllerSpec, run_controllers
+
+    seeds = [1_000_000, 1_000_001]
+    heur, rule = run_controllers(CFG, [ControllerSpec("signal_aware", {}, "heuristic"),
+                                       ControllerSpec("deadline_aware", {}, "learned")],
+                                 seeds, workers=1)
+    per = {"heuristic": [with_terms(CFG, m) for m in heur],
+           "learned": [with_terms(CFG, m) for m in rule]}
+    bound = [float(episode_bound(CFG, s).bound_usd) for s in seeds]
+    out = summarise(CFG, seeds, per, bound, {"fluid MPC": {"params": {}}}, None, 0.0,
+                    YardstickConfig(n_seeds=2))
+    path = tmp_path / "ladder.json"
+    path.write_text(json.dumps(out))
+    small = '{"samples":1,"horizon":2,"block_periods":1,"iterations":1,"population":3,"elites":1}'
+    res = _cli("--scenario", "tiny", "--n-seeds", "2", "--from-json", str(path), "--measure",
+               "sim", "--sim-mpc", small, "--hindsight", small, "--workers", "1", "--json",
+               str(tmp_path / "with_sim.json"))
+    assert res.returncode == 0, res.stderr
+    got = json.loads((tmp_path / "with_sim.json").read_text())
+    names = [r["name"] for r in got["rows"]]
+    assert names == ["lower bound", "hindsight oracle", "sim-MPC, perfect forecasts", "sim-MPC",
+                     "heuristic", "learned"]
+    by = {r["name"]: r for r in got["rows"]}
+    saved = {r["name"]: r for r in out["rows"]}
+    assert by["heuristic"]["per_seed"] == saved["heuristic"]["per_seed"]
+    for name in ("hindsight oracle", "sim-MPC", "sim-MPC, perfect forecasts"):
+        r = by[name]
+        assert len(r["per_seed"]) == 2 and r["replan_s"] > 0
+        diff = np.array(by["learned"]["per_seed"]) - np.array(r["per_seed"])
+        assert r["learned_minus_this_ci95"][0] == pytest.approx(float(diff.mean()))
+        assert sum(r["terms"].values()) == pytest.approx(r["cost"], rel=1e-9)
+    assert got["bound_below_every_controller"] is True
+    res = _cli("--scenario", "tiny", "--measure", "sim")
+    assert res.returncode == 2 and "--from-json" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -35,6 +35,13 @@ from cloudrl.scenarios.runner import ControllerSpec, paired_ci, run_controllers
 from envs.scenario.config import ScenarioConfig
 
 TERMS = ("energy_usd", "carbon_usd", "sla_lc_usd", "sla_batch_usd")
+# the sim-MPC's knobs as tuned on scarcity_spikes' validation seeds (the grid of
+# experiments/benchmarks/bench_sim_mpc.py; re-plans hourly) and the hindsight oracle's longer
+# search; ``--sim-mpc`` / ``--hindsight`` override single keys
+SIM_MPC_TUNED = {"samples": 2, "horizon": 16, "block_periods": 4, "iterations": 2,
+                 "population": 8, "elites": 2, "replan_periods": 4}
+HINDSIGHT_BUDGET = {"horizon": 12, "block_periods": 2, "iterations": 3, "population": 16,
+                    "elites": 4, "replan_periods": 4}
 LADDER = ("lower bound", "hindsight oracle", "sim-MPC, perfect forecasts", "sim-MPC",
           "fluid MPC", "fluid oracle", "deadline-aware rule", "heuristic, wide menu",
           "heuristic")
@@ -93,23 +100,14 @@ def measure(cfg: ScenarioConfig, checkpoint: str | None, yc: YardstickConfig,
 
         specs.append(ControllerSpec(checkpoint_kind(checkpoint), {"checkpoint": checkpoint},
                                     "learned"))
-    mpc = tuned["fluid MPC"]["params"]
-    sim_specs = []
-    if yc.sim:
-        sim_specs = [ControllerSpec("sim_mpc", {**yc.sim_mpc, "mpc": mpc}, "sim-MPC"),
-                     ControllerSpec("sim_hindsight", {**yc.hindsight, "mpc": mpc},
-                                    "hindsight oracle")]
     per: dict[str, list[dict[str, float]]] = {}
-    res = run_controllers(cfg, specs + sim_specs, seeds, yc.workers, desc="yardstick")
-    for spec, rows in zip(specs + sim_specs, res, strict=True):
+    res = run_controllers(cfg, specs, seeds, yc.workers, desc="yardstick")
+    for spec, rows in zip(specs, res, strict=True):
         per[spec.name] = [with_terms(cfg, m) for m in rows]
-    if yc.sim:  # the same search, the future's signals known (arrivals still sampled)
-        perfect = cfg.model_copy(update={"signals": cfg.signals.model_copy(
-            update={"forecast_error": 0.0})})
-        (rows,) = run_controllers(perfect, [ControllerSpec("sim_mpc", {**yc.sim_mpc,
-                                                                      "mpc": mpc})],
-                                  seeds, yc.workers, desc="sim-MPC, perfect forecasts")
-        per["sim-MPC, perfect forecasts"] = [with_terms(cfg, m) for m in rows]
+    if yc.sim:
+        for c, spec in sim_specs(cfg, yc, tuned["fluid MPC"]["params"]):
+            (rows,) = run_controllers(c, [spec], seeds, yc.workers, desc=spec.name)
+            per[spec.name] = [with_terms(cfg, m) for m in rows]
     bound = None
     if yc.bound:
         from cloudrl.mpc.bound import episode_bound
@@ -119,50 +117,90 @@ def measure(cfg: ScenarioConfig, checkpoint: str | None, yc: YardstickConfig,
                      wall_s=time.perf_counter() - t0, yc=yc)
 
 
-def summarise(cfg: ScenarioConfig, seeds: list[int], per: dict[str, list[dict[str, float]]],
-              bound: list[float] | None, tuned: dict[str, Any], checkpoint: str | None,
-              wall_s: float, yc: YardstickConfig) -> dict[str, Any]:
-    """Means, cost terms and paired differences of every row (the learned one included)."""
-    cost = {k: np.array([m["cost_usd"] for m in v]) for k, v in per.items()}
-    base = float(cost["heuristic"].mean())
-    rows = []
-    for name in (*LADDER, "learned"):
-        if name == "lower bound":
-            if bound is None:
-                continue
-            rows.append({"name": name, "cost": float(np.mean(bound)), "per_seed": bound})
-            continue
-        if name not in per:
-            continue
-        ms = per[name]
-        row: dict[str, Any] = {
-            "name": name, "cost": float(cost[name].mean()),
-            "per_seed": [float(c) for c in cost[name]],
-            "terms": {t: float(np.mean([m[t] for m in ms])) for t in TERMS},
+def _row(name: str, ms: list[dict[str, float]], heur_cost: np.ndarray,
+         heur_terms: dict[str, float]) -> dict[str, Any]:
+    """One measured controller's row: means, cost terms, and its paired difference with the
+    heuristic (the cost-term differences are differences of means: the same seeds)."""
+    cost = np.array([m["cost_usd"] for m in ms])
+    base = float(heur_cost.mean())
+    terms = {t: float(np.mean([m[t] for m in ms])) for t in TERMS}
+    d, lo, hi = paired_ci(cost, heur_cost)
+    return {"name": name, "cost": float(cost.mean()), "per_seed": [float(c) for c in cost],
+            "terms": terms,
             "transitions": float(np.mean([m["transitions"] for m in ms])),
             "sla_lc": float(np.mean([m["sla_lc"] for m in ms])),
             "sla_batch": float(np.mean([m["sla_batch"] for m in ms])),
             "decide_ms": float(np.mean([m.get("decide_ms", 0.0) for m in ms])),
-            "replan_s": float(np.mean([m.get("solve_s", 0.0) for m in ms]))}
-        d, lo, hi = paired_ci(cost[name], cost["heuristic"])
-        row["diff_vs_heuristic_pct_ci95"] = [100 * x / base for x in (d, lo, hi)]
-        row["terms_diff_vs_heuristic"] = {
-            t: float(np.mean([a[t] - b[t] for a, b in zip(ms, per["heuristic"], strict=True)]))
-            for t in TERMS}
-        if "learned" in per and name != "learned":
-            d, lo, hi = paired_ci(cost["learned"], cost[name])
-            row["learned_minus_this_ci95"] = [d, lo, hi]
-        rows.append(row)
-    bound_ok = None
+            "replan_s": float(np.mean([m.get("solve_s", 0.0) for m in ms])),
+            "diff_vs_heuristic_pct_ci95": [100 * x / base for x in (d, lo, hi)],
+            "terms_diff_vs_heuristic": {t: terms[t] - heur_terms[t] for t in TERMS}}
+
+
+def _finish(out: dict[str, Any]) -> None:
+    """Order the rows as the ladder, pair each with the learned policy, check the bound."""
+    by = {r["name"]: r for r in out["rows"]}
+    out["rows"] = [by[n] for n in (*LADDER, "learned") if n in by]
+    if "learned" in by:
+        learned = np.array(by["learned"]["per_seed"])
+        for r in out["rows"]:
+            if r["name"] not in ("learned", "lower bound"):
+                r["learned_minus_this_ci95"] = list(paired_ci(learned, np.array(r["per_seed"])))
+    if "lower bound" in by:
+        bound = by["lower bound"]["per_seed"]
+        out["bound_below_every_controller"] = all(
+            b <= c + 1e-9 for r in out["rows"] if r["name"] != "lower bound"
+            for b, c in zip(bound, r["per_seed"], strict=True))
+
+
+def summarise(cfg: ScenarioConfig, seeds: list[int], per: dict[str, list[dict[str, float]]],
+              bound: list[float] | None, tuned: dict[str, Any], checkpoint: str | None,
+              wall_s: float, yc: YardstickConfig) -> dict[str, Any]:
+    """Means, cost terms and paired differences of every row (the learned one included)."""
+    heur = per["heuristic"]
+    heur_cost = np.array([m["cost_usd"] for m in heur])
+    heur_terms = {t: float(np.mean([m[t] for m in heur])) for t in TERMS}
+    rows = [_row(name, ms, heur_cost, heur_terms) for name, ms in per.items()]
     if bound is not None:
-        bound_ok = all(b <= float(c) + 1e-9 for v in cost.values()
-                       for b, c in zip(bound, v, strict=True))
-    return {"scenario": cfg.name, "n_test_seeds": len(seeds), "seeds": seeds,
-            "checkpoint": checkpoint, "tuning": tuned, "rows": rows,
-            "bound_below_every_controller": bound_ok, "wall_s": wall_s,
-            "config": {"n_seeds": yc.n_seeds, "tune_samples": yc.tune_samples,
-                       "tune_seeds": yc.tune_seeds, "sim_mpc": yc.sim_mpc,
-                       "hindsight": yc.hindsight}}
+        rows.append({"name": "lower bound", "cost": float(np.mean(bound)), "per_seed": bound})
+    out = {"scenario": cfg.name, "n_test_seeds": len(seeds), "seeds": seeds,
+           "checkpoint": checkpoint, "tuning": tuned, "rows": rows,
+           "bound_below_every_controller": None, "wall_s": wall_s,
+           "config": {"n_seeds": yc.n_seeds, "tune_samples": yc.tune_samples,
+                      "tune_seeds": yc.tune_seeds, "sim_mpc": yc.sim_mpc,
+                      "hindsight": yc.hindsight}}
+    _finish(out)
+    return out
+
+
+def sim_specs(cfg: ScenarioConfig, yc: YardstickConfig, mpc: dict[str, Any]
+              ) -> list[tuple[ScenarioConfig, ControllerSpec]]:
+    """The sim rows: the sim-MPC, the same search with the future's signals known (the
+    scenario with ``forecast_error = 0``; arrivals still sampled), the hindsight oracle."""
+    perfect = cfg.model_copy(update={"signals": cfg.signals.model_copy(
+        update={"forecast_error": 0.0})})
+    sim = {**SIM_MPC_TUNED, **yc.sim_mpc, "mpc": mpc}
+    return [(cfg, ControllerSpec("sim_mpc", sim, "sim-MPC")),
+            (perfect, ControllerSpec("sim_mpc", sim, "sim-MPC, perfect forecasts")),
+            (cfg, ControllerSpec("sim_hindsight", {**HINDSIGHT_BUDGET, **yc.hindsight,
+                                                   "mpc": mpc}, "hindsight oracle"))]
+
+
+def measure_rows(cfg: ScenarioConfig, out: dict[str, Any],
+                 specs: list[tuple[ScenarioConfig, ControllerSpec]],
+                 workers: int | None = None) -> None:
+    """Measure ``specs`` on the ladder's own test seeds and put their rows into ``out`` (a
+    ladder this module wrote), replacing rows of the same name; the learned pairing and the
+    bound check follow. Each spec runs in its own config (the perfect-forecast copy)."""
+    by = {r["name"]: r for r in out["rows"]}
+    heur = by["heuristic"]
+    heur_cost = np.array(heur["per_seed"])
+    seeds = [int(s) for s in out["seeds"]]
+    for c, spec in specs:
+        (ms,) = run_controllers(c, [spec], seeds, workers, desc=spec.name)
+        by[spec.name] = _row(spec.name, [with_terms(cfg, m) for m in ms], heur_cost,
+                             heur["terms"])
+    out["rows"] = list(by.values())
+    _finish(out)
 
 
 def attach_bound(out: dict[str, Any], bound: list[float]) -> None:

@@ -41,7 +41,7 @@ def _bound_from(path: str, seeds: list[int]) -> list[float]:
 
 def _cmd_yardstick(args: argparse.Namespace) -> int:
     from cloudrl.protocol import test_seeds
-    from cloudrl.scenarios.runner import checkpoint_kind
+    from cloudrl.scenarios.runner import ControllerSpec, checkpoint_kind
     from cloudrl.scenarios.yardstick import YardstickConfig, format_markdown, measure
     from envs.scenario.catalog import load_scenario
 
@@ -71,6 +71,22 @@ def _cmd_yardstick(args: argparse.Namespace) -> int:
         if out.get("scenario") != cfg.name:
             return _fail(f"--from-json {args.from_json}: a ladder of {out.get('scenario')!r},"
                          f" not {cfg.name!r}")
+        if args.measure:
+            from cloudrl.scenarios.yardstick import measure_rows, sim_specs
+
+            specs = []
+            if "sim" in args.measure:
+                specs += sim_specs(cfg, yc, out["tuning"]["fluid MPC"]["params"])
+            if "learned" in args.measure:
+                if not args.checkpoint:
+                    return _fail("--measure learned needs --checkpoint DIR")
+                specs.append((cfg, ControllerSpec(checkpoint_kind(args.checkpoint),
+                                                  {"checkpoint": args.checkpoint}, "learned")))
+                out["checkpoint"] = args.checkpoint
+            measure_rows(cfg, out, specs, args.workers)
+            out.setdefault("commands", []).append(" ".join(["cloudrl", *sys.argv[1:]]))
+    elif args.measure:
+        return _fail("--measure adds rows to a ladder: it needs --from-json FILE")
     else:
         out = measure(cfg, args.checkpoint, yc, log=lambda s: print(s, flush=True))
         out["command"] = " ".join(["cloudrl", *sys.argv[1:]])
@@ -115,9 +131,9 @@ def add_yardstick_parser(ss: argparse._SubParsersAction) -> None:
                    help="points per tuned family, the same for every family")
     p.add_argument("--tune-seeds", type=int, default=8, help="validation seeds for tuning")
     p.add_argument("--sim-mpc", default="{}", help="the sim-MPC's knobs, a JSON object "
-                                                   "(SimMPCConfig)")
+                                                   "(SimMPCConfig keys over the tuned ones)")
     p.add_argument("--hindsight", default="{}", help="the hindsight oracle's knobs, a JSON "
-                                                     "object (over its defaults)")
+                                                     "object (over its search budget)")
     p.add_argument("--bound-from", help="reuse the per-seed bounds of a 'cloudrl scenarios "
                                         "bound --json' file")
     p.add_argument("--no-bound", action="store_true", help="skip the lower bound")
@@ -125,6 +141,10 @@ def add_yardstick_parser(ss: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="Ray workers (default: CPUs)")
     p.add_argument("--json", help="write the ladder as JSON to this path")
     p.add_argument("--from-json", help="do not measure: read a ladder this command wrote")
+    p.add_argument("--measure", nargs="+", choices=("sim", "learned"),
+                   help="with --from-json: measure these rows on the ladder's seeds and put "
+                        "them in (sim: the sim-MPC, with perfect forecasts, and the hindsight "
+                        "oracle; learned: --checkpoint again)")
     p.add_argument("--sim-from", help="add the sim-MPC and hindsight rows of an "
                                       "experiments/benchmarks/bench_sim_mpc.py results.json "
                                       "(the same test seeds)")
