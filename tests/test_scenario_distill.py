@@ -330,3 +330,51 @@ def test_a_fine_tune_keeps_its_starts_grids_and_refuses_others(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "--fine-release" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_sim_mpc_teacher_is_imitated_on_its_own_menu():
+    """With ``sim_mpc_params`` the teacher is the plant-true sim-MPC; on the fine grids (its
+    own menu) the rounded teacher plays exactly the sim-MPC's episode, and a bad knob or
+    two teachers are refused."""
+    from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS, FINE_RELEASE_LEVELS
+    from cloudrl.algorithms.distill.algorithm import teacher
+    from cloudrl.algorithms.distill.config import DistillConfig
+    from cloudrl.algorithms.distill.data import collect
+    from cloudrl.mpc.sim_mpc import SimMPC, SimMPCConfig
+    from envs.scenario.catalog import load_scenario
+    from envs.scenario.control import run_episode
+    from envs.scenario.sim import ScenarioSim
+
+    knobs = {"samples": 1, "horizon": 4, "block_periods": 2, "iterations": 1,
+             "population": 4, "elites": 2, "replan_periods": 2}
+    cfg = DistillConfig(sim_mpc_params=knobs, release_levels=FINE_RELEASE_LEVELS,
+                        ready_margins=FINE_READY_MARGINS)
+    t = teacher(cfg)
+    assert isinstance(t, SimMPC) and t.config.horizon == 4
+    sim = ScenarioSim(load_scenario("tiny"))
+    demos = collect(sim, t, [3], release_levels=cfg.levels, ready_margins=cfg.margins)
+    direct = run_episode(ScenarioSim(load_scenario("tiny")),
+                         SimMPC(SimMPCConfig(**knobs)), 3).metrics["cost_usd"]
+    assert demos.episode_costs[3] == pytest.approx(direct, rel=1e-9)
+    assert len(demos) > 0
+    with pytest.raises(ValueError, match="population"):
+        DistillConfig(sim_mpc_params={**knobs, "elites": 9})
+    with pytest.raises(ValueError, match="one teacher"):
+        DistillConfig(sim_mpc_params=knobs, heuristic_params={})
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--sim-mpc-params", "{}"], "--sim-mpc-params needs --teacher sim_mpc"),
+    (["--teacher", "sim_mpc", "--sim-mpc-params", '{"samples": 0}'], "samples"),
+    (["--teacher", "sim_mpc", "--sim-mpc-params", "{oops"], "distill"),
+])
+def test_bad_sim_mpc_teacher_flags_are_one_line_and_exit_2(tmp_path, args, needle):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "cloudrl", "scenarios", "distill", "--scenario",
+                          "tiny", "--out", str(tmp_path / "ck"), *args], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and needle in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "ck").exists()

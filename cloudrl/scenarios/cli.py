@@ -256,8 +256,16 @@ def _cmd_distill(args: argparse.Namespace) -> int:
                     raise ValueError(f"--{flag.replace('_', '-')}: the --init-checkpoint "
                                      f"has another grid")
                 extra[key] = grid
+        sim_mpc_params = None
+        if args.teacher == "sim_mpc":
+            from cloudrl.scenarios.yardstick import SIM_MPC_TUNED
+
+            sim_mpc_params = {**SIM_MPC_TUNED, **json.loads(args.sim_mpc_params or "{}")}
+        elif args.sim_mpc_params:
+            raise ValueError("--sim-mpc-params needs --teacher sim_mpc")
         dc = DistillConfig(run_seed=args.run_seed, mpc_params=mpc_params,
-                           n_expert_seeds=args.expert_seeds, dagger_rounds=args.dagger_rounds,
+                           sim_mpc_params=sim_mpc_params, n_expert_seeds=args.expert_seeds,
+                           dagger_rounds=args.dagger_rounds,
                            dagger_seeds_per_round=args.dagger_seeds, n_val_seeds=args.val_seeds,
                            **extra)
     except (ValueError, TypeError) as e:
@@ -455,6 +463,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--run-seed", type=int, default=0, help="training run seed")
     ds.add_argument("--out", required=True, help="checkpoint directory to write")
     ds.add_argument("--mpc-params", help="JSON object of MPCConfig fields for the expert")
+    ds.add_argument("--teacher", choices=("mpc", "sim_mpc"), default="mpc",
+                    help="the expert: the fluid forecast MPC, or the plant-true sim-MPC "
+                         "(warm-started by that MPC; slow: ~30 s per episode)")
+    ds.add_argument("--sim-mpc-params", help="with --teacher sim_mpc: JSON object of "
+                                             "SimMPCConfig fields over the tuned ones")
     ds.add_argument("--expert-cache", help=".npz path: reuse (or write) the MPC's recorded "
                                            "train-seed episodes; same scenario, seeds and MPC "
                                            "parameters only")

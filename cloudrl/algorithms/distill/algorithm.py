@@ -59,12 +59,19 @@ def expert_meta(scn: ScenarioConfig, cfg: DistillConfig) -> str:
         meta["ready_margins"] = list(cfg.margins)
     if cfg.heuristic_params is not None:
         meta = {**meta, "mpc": None, "signal_aware": cfg.heuristic_params}
+    if cfg.sim_mpc_params is not None:
+        meta["sim_mpc"] = cfg.sim_mpc_params
     return json.dumps(meta, sort_keys=True)
 
 
 def teacher(cfg: DistillConfig):
-    """The controller imitated: the forecast MPC at ``mpc_params``, or the signal-aware
-    rule at ``heuristic_params`` when those are given."""
+    """The controller imitated: the forecast MPC at ``mpc_params``, the sim-MPC at
+    ``sim_mpc_params`` (warm-started by that MPC), or the signal-aware rule at
+    ``heuristic_params`` when those are given."""
+    if cfg.sim_mpc_params is not None:
+        from cloudrl.mpc.sim_mpc import SimMPC, SimMPCConfig
+
+        return SimMPC(SimMPCConfig(**cfg.sim_mpc_params, mpc=cfg.mpc_params))
     if cfg.heuristic_params is not None:
         from cloudrl.heuristics.signal_aware import SignalAwareConfig, SignalAwareDeferral
 

@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class DistillConfig:
-    """Knobs of behaviour cloning + DAgger from the forecast MPC.
+    """Knobs of behaviour cloning + DAgger from the forecast MPC (or the sim-MPC, or the
+    signal-aware rule).
 
     Seeds: expert episodes use TRAIN seeds ``0 .. n_expert_seeds-1``; each DAgger round
     plays ``dagger_seeds_per_round`` further TRAIN seeds drawn (by ``run_seed``) from the
@@ -33,6 +34,9 @@ class DistillConfig:
     init_checkpoint: str | None = None
     # the teacher is the signal-aware rule at these parameters instead of the MPC
     heuristic_params: dict[str, Any] | None = None
+    # the teacher is the plant-true sim-MPC at these SimMPCConfig fields (its fluid warm
+    # start at ``mpc_params``) instead of the fluid MPC
+    sim_mpc_params: dict[str, Any] | None = None
     # the policy's own grids of release levels and ready margins (None: the env's)
     release_levels: tuple[float, ...] | None = None
     ready_margins: tuple[float, ...] | None = None
@@ -48,8 +52,15 @@ class DistillConfig:
         if used > 50:
             raise ValueError(f"DistillConfig: {used} train seeds needed (expert + DAgger), "
                              f"only 50 exist")
-        if self.heuristic_params is not None and self.mpc_params:
+        if self.heuristic_params is not None and (self.mpc_params or self.sim_mpc_params):
             raise ValueError("DistillConfig: one teacher: mpc_params or heuristic_params")
+        if self.sim_mpc_params is not None:
+            from cloudrl.mpc.sim_mpc import SimMPCConfig
+
+            if "mpc" in self.sim_mpc_params:
+                raise ValueError("DistillConfig.sim_mpc_params: the warm start's knobs are "
+                                 "mpc_params, not sim_mpc_params['mpc']")
+            SimMPCConfig(**self.sim_mpc_params, mpc=self.mpc_params)  # fields and ranges
         if self.release_levels is not None:
             from cloudrl.algorithms.distill.actions import check_release_levels
 
