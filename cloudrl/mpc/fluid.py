@@ -14,9 +14,13 @@ exported at the export price (or curtailed when that is 0). The linear program::
          0 <= w_p <= room_p,  g, e, v >= 0
 
 with ``c_p`` the grid cost per kWh (price + carbon price x intensity), ``k`` the kWh
-per core-tick and ``M`` the price of work left past its deadline. Solved with HiGHS
-(``scipy.optimize.linprog``); the same program serves the forecast MPC (on forecasts,
-re-planned every period) and the oracle (on the realised episode, solved once).
+per core-tick and ``M`` the price of work left past its deadline. With a demand charge
+(``peak_usd_per_kw`` > 0) a peak variable ``z >= peak_floor_kw`` joins it, above every
+period's mean grid kW (``g_p <= H_p z``, ``H_p`` the period's hours), at
+``peak_usd_per_kw x (z - peak_floor_kw)``: only raising the peak already paid for costs.
+Solved with HiGHS (``scipy.optimize.linprog``); the same program serves the forecast MPC
+(on forecasts, re-planned every period) and the oracle (on the realised episode, solved
+once).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class FluidProblem:
     avail: np.ndarray  # cumulative work available by each period's end
     kwh_per_core_tick: float  # k
     shortfall_usd_per_core_tick: float  # M
+    peak_usd_per_kw: float = 0.0  # demand charge per kW of peak (0: no peak variable)
+    peak_floor_kw: float = 0.0  # the peak already paid for
+    period_hours: np.ndarray | None = None  # H_p (needed with a demand charge)
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,25 @@ def solve(problem: FluidProblem) -> FluidPlan:
     bounds[iw, 1] = np.maximum(p.room, 0.0)
     bounds[ie, 1] = p.solar_kwh
     bounds[4 * n:, 1] = p.avail  # C_p <= available work
+    if p.peak_usd_per_kw > 0:  # one more column z: g_p - H_p z <= 0
+        if p.period_hours is None:
+            raise ValueError("FluidProblem: a demand charge needs period_hours")
+        hrs = sparse.csr_matrix(-np.asarray(p.period_hours, float).reshape(-1, 1))
+        a_eq = sparse.hstack([a_eq, sparse.csr_matrix((a_eq.shape[0], 1))], format="csr")
+        a_ub = sparse.vstack([
+            sparse.hstack([a_ub, sparse.csr_matrix((a_ub.shape[0], 1))]),
+            sparse.hstack([zero, eye, zero, zero, zero, hrs])], format="csr")
+        b_ub = np.concatenate([b_ub, np.zeros(n)])
+        cost = np.append(cost, p.peak_usd_per_kw)
+        bounds = np.vstack([bounds, [p.peak_floor_kw, np.inf]])
     a = sparse.vstack([a_eq, a_ub], format="csc")
     row_lo = np.concatenate([b_eq, np.full(len(b_ub), -np.inf)])
     row_hi = np.concatenate([b_eq, b_ub])
     t0 = time.perf_counter()
     x, objective = _highs(cost, bounds, a, row_lo, row_hi)
     solve_s = time.perf_counter() - t0
+    if p.peak_usd_per_kw > 0:  # the floor already paid for is not the plan's cost
+        objective -= p.peak_usd_per_kw * p.peak_floor_kw
     return FluidPlan(work=x[iw], grid_kwh=x[ig], shortfall=x[iv], cost_usd=objective,
                      solve_s=solve_s)
 

@@ -5,7 +5,10 @@ PlanView`): the present, the held batch jobs with their deadlines, the running j
 *forecasts* of price, carbon, solar and load (with their errors). It solves
 :mod:`cloudrl.mpc.fluid` over the forecast horizon and applies the first period: how
 much batch work runs now (``release_util``) and how many cores stay ready for the load it
-expects before a booting server could arrive (``ready_cores``).
+expects before a booting server could arrive (``ready_cores``). Under a demand charge
+(``cost.demand_usd_per_kw_month`` > 0) the program also prices raising its modelled peak
+grid draw above the highest it has planned for a first period so far (the fluid model's
+kW: busy cores only, no idle power).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class ForecastMPC:
         self._batch_lag = cfg.minutes_to_ticks(b.slack_min) + int(round(dur))
         self._shortfall = self.config.shortfall_factor * cfg.cost.sla_usd[BATCH] / \
             max(b.cores_mean * dur, 1e-9)
+        self._model_peak_kw = 0.0  # the demand charge's peak in the plan's units, so far
 
     def decide(self, sim: ScenarioSim) -> tuple[float, float]:
         return self.decide_view(plan_view(sim))
@@ -128,9 +132,14 @@ class ForecastMPC:
             room=per_period(np.maximum(self.config.max_util * v.fleet_cores - lc - run_b, 0.0), d),
             due=np.cumsum(per_period(due_tick + due_arr, d)),
             avail=np.cumsum(per_period(avail_tick, d)),
-            kwh_per_core_tick=self._k, shortfall_usd_per_core_tick=self._shortfall)
+            kwh_per_core_tick=self._k, shortfall_usd_per_core_tick=self._shortfall,
+            peak_usd_per_kw=cfg.demand_usd_per_kw, peak_floor_kw=self._model_peak_kw,
+            period_hours=per_period(np.full(h, tick_h), d))
         plan = solve(problem)
         self.solve_times.append(plan.solve_s)
+        if cfg.demand_usd_per_kw > 0:
+            hours0 = min(d, h) * tick_h
+            self._model_peak_kw = max(self._model_peak_kw, float(plan.grid_kwh[0]) / hours0)
         n0 = min(d, h)
         return float(run_b[:n0].mean() + plan.work[0] / n0)
 

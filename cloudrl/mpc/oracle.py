@@ -119,7 +119,9 @@ class ClairvoyantOracle:
             due=np.cumsum(per_period(due, d)), avail=np.cumsum(per_period(avail, d)),
             kwh_per_core_tick=cfg.cost.pue * wpc * tick_h / 1000.0,
             shortfall_usd_per_core_tick=self.config.shortfall_factor * cfg.cost.sla_usd[BATCH]
-            / max(bcfg.cores_mean * dur, 1e-9))
+            / max(bcfg.cores_mean * dur, 1e-9),
+            peak_usd_per_kw=cfg.demand_usd_per_kw,  # a demand charge, when the tariff has one
+            period_hours=per_period(np.full(n, tick_h), d))
         self.plan = solve(problem)
         self._busy = self.plan.work / np.diff(np.append(np.arange(0, n, d), n))
         self._hedge = hedge

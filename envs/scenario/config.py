@@ -82,6 +82,13 @@ class CostConfig(StrictConfig):
                                          description="penalty per violation: (latency_critical, "
                                                      "batch)")
     pue: float = Field(default=1.2, ge=1.0, le=3.0, description="facility power / IT power")
+    demand_usd_per_kw_month: float = Field(
+        default=0.0, ge=0.0, le=1000.0,
+        description="a commercial tariff's demand charge: $ per kW of the episode's peak grid "
+                    "draw (the highest demand_block_minutes average) per 30-day month, "
+                    "prorated to the episode's days (0: off)")
+    demand_block_minutes: float = Field(default=15.0, ge=1.0, le=240.0,
+                                        description="the demand meter's averaging block")
 
     @model_validator(mode="after")
     def _penalties_in_range(self) -> CostConfig:
@@ -237,6 +244,16 @@ class ScenarioConfig(StrictConfig):
         """Ticks of the signal series an episode builds: the episode, the forecast horizon,
         one more (as :class:`envs.scenario.sim.ScenarioSim` does)."""
         return self.episode_ticks + int(round(self.signals.horizon_hours * self.ticks_per_hour)) + 1
+
+    @property
+    def demand_block_ticks(self) -> int:
+        """Ticks per demand-meter block (at least one)."""
+        return max(1, int(round(self.cost.demand_block_minutes * 60.0 / self.tick_seconds)))
+
+    @property
+    def demand_usd_per_kw(self) -> float:
+        """The demand charge per kW of the episode's peak: the monthly rate x days / 30."""
+        return self.cost.demand_usd_per_kw_month * self.days / 30.0
 
     @property
     def decision_ticks(self) -> int:

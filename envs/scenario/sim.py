@@ -27,6 +27,12 @@ Accounting of tick ``t``:
    suspend or shutdown adds its transition energy; facility power is ``PUE`` x IT;
    grid draw is facility minus solar (surplus exported or curtailed); the tick's
    cost is grid energy x price + carbon price x grid carbon (+ SLA penalties);
+   with a demand charge (``cost.demand_usd_per_kw_month`` > 0), the tick that closes a
+   demand block (``demand_block_ticks`` ticks from tick 0, the last one possibly shorter)
+   averages the block's grid kW, and if that average is above the episode's peak so far it
+   is charged ``(average - peak) x demand_usd_per_kw`` and becomes the peak: the charges
+   sum to ``peak x demand_usd_per_kw``, the peak being the highest block average (metered,
+   as ``stats.peak_kw``, with the charge off too);
 5. time moves to ``t+1``: jobs ending then finish (late if past their deadline),
    countdowns of resuming and booting servers tick down.
 
@@ -84,6 +90,8 @@ class ScenarioStats:
     carbon_kg: float = 0.0
     carbon_usd: float = 0.0
     sla_usd: float = 0.0
+    demand_usd: float = 0.0  # the demand charge: peak_kw x the prorated $/kW
+    peak_kw: float = 0.0  # highest demand-block average of the grid draw so far
     transitions: int = 0
     transition_kwh: float = 0.0
     ticks: int = 0
@@ -91,13 +99,14 @@ class ScenarioStats:
 
     @property
     def cost_usd(self) -> float:
-        return self.energy_usd + self.carbon_usd + self.sla_usd
+        return self.energy_usd + self.carbon_usd + self.sla_usd + self.demand_usd
 
     def summary(self) -> dict[str, float]:
         lc, batch = self.classes
         return {
             "cost_usd": self.cost_usd, "energy_usd": self.energy_usd,
             "carbon_usd": self.carbon_usd, "sla_usd": self.sla_usd,
+            "demand_usd": self.demand_usd, "demand_peak_kw": self.peak_kw,
             "energy_kwh": self.energy_kwh, "grid_kwh": self.grid_kwh,
             "export_kwh": self.export_kwh, "carbon_kg": self.carbon_kg,
             "transitions": float(self.transitions), "transition_kwh": self.transition_kwh,
@@ -119,6 +128,7 @@ class TickCost:
     grid_kwh: float
     carbon_kg: float
     violations: tuple[int, int]
+    demand_usd: float = 0.0
 
 
 class ScenarioSim:
@@ -146,6 +156,7 @@ class ScenarioSim:
         self.arrival_ticks = cfg.n_ticks
         self.n_ticks = cfg.episode_ticks
         self.horizon_ticks = int(round(cfg.signals.horizon_hours * cfg.ticks_per_hour))
+        self._block_ticks, self._demand_rate = cfg.demand_block_ticks, cfg.demand_usd_per_kw
         self.reset(0)
 
     # ------------------------------------------------------------------ reset
@@ -188,6 +199,8 @@ class ScenarioSim:
         self.stats = ScenarioStats()
         self.last = TickCost(0, 0, 0, 0, 0, 0, 0, (0, 0))
         self.queued_cores = 0.0
+        self._block_kw = 0.0  # sum of the open demand block's per-tick grid kW
+        self._block_n = 0
 
     # ------------------------------------------------------------------ copies for planners
     def clone(self) -> ScenarioSim:
@@ -311,6 +324,7 @@ class ScenarioSim:
         st.carbon_kg += carbon_kg
         st.carbon_usd += carbon_usd
         st.ticks += 1
+        demand_usd = self._meter(grid_w / 1000.0)
         # time moves on
         self.t += 1
         late = self._finish()
@@ -318,9 +332,28 @@ class ScenarioSim:
         viol = (late[0] + dropped[0], late[1] + dropped[1])
         sla_usd = viol[0] * cfg.cost.sla_usd[0] + viol[1] * cfg.cost.sla_usd[1]
         st.sla_usd += sla_usd
-        self.last = TickCost(energy_usd + carbon_usd + sla_usd, energy_usd, carbon_usd, sla_usd,
-                             facility_w * hours / 1000.0, grid_kwh, carbon_kg, viol)
+        self.last = TickCost(energy_usd + carbon_usd + sla_usd + demand_usd, energy_usd,
+                             carbon_usd, sla_usd, facility_w * hours / 1000.0, grid_kwh,
+                             carbon_kg, viol, demand_usd)
         return self.last
+
+    def _meter(self, grid_kw: float) -> float:
+        """The demand meter: adds this tick's grid kW to the open block; at the block's end
+        (or the episode's) the charge of raising the peak to its average ($; 0 while the
+        demand charge is off, the peak is metered regardless)."""
+        self._block_kw += grid_kw
+        self._block_n += 1
+        if self._block_n < self._block_ticks and self.t + 1 < self.n_ticks:
+            return 0.0
+        avg = self._block_kw / self._block_n
+        self._block_kw, self._block_n = 0.0, 0
+        st = self.stats
+        if avg <= st.peak_kw:
+            return 0.0
+        charge = (avg - st.peak_kw) * self._demand_rate
+        st.peak_kw = avg
+        st.demand_usd += charge
+        return charge
 
     # ------------------------------------------------------------------ steps of a tick
     def _arrive(self) -> None:
