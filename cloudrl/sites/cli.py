@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("sites", help="real sites: real prices and carbon, market-true "
                               "forecasts, a temporal split; add your own from two CSVs")
     acts = p.add_subparsers(dest="sites_command", required=True,
-                            metavar="{list,show,add,headroom,evaluate,report}")
+                            metavar="{list,show,add,headroom,evaluate,report,designs}")
     ls = acts.add_parser("list", help="the shipped and added sites")
     ls.set_defaults(func=run_list)
     sh = acts.add_parser("show", help="a site's data span, market and splits")
@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     rep.add_argument("--json", required=True, dest="json_out", metavar="FILE")
     rep.add_argument("--md", required=True, dest="md_out", metavar="FILE")
     rep.set_defaults(func=run_report)
+    from cloudrl.sites.designs_cli import add_parser as add_designs
+
+    add_designs(acts)  # ``designs``: which site design leaves room for planning
     return p
 
 
