@@ -77,6 +77,7 @@ from serve_apps.metrics import ServiceMetrics
 from serve_apps.rollout import Rollout, ShieldSettings, log
 from serve_apps.rollout_controller import RolloutController, sla_risk
 from serve_apps.runtime import PolicySpecError
+from serve_apps.scenario_canary import CanaryError, CanaryRequest, ScenarioRollout
 from serve_apps.scenario_schemas import ScenarioDecision, ScenarioState
 from serve_apps.scenario_service import ScenarioService, scenario_openapi
 from serve_apps.service_config import ServiceConfig
@@ -86,7 +87,8 @@ api = FastAPI(title="cloudrl decision service", version="1")
 api.add_middleware(BodyLimit)  # innermost: the body is read only once the token passed
 api.add_middleware(BearerAuth)
 api.add_middleware(AllowedMethods, routes_of=lambda: api.routes)
-PROTECTED = {"/v1/rollout": frozenset({"GET", "POST"}), "/v1/feedback": frozenset({"POST"})}
+PROTECTED = {"/v1/rollout": frozenset({"GET", "POST"}), "/v1/feedback": frozenset({"POST"}),
+             "/v1/scenario/canary": frozenset({"GET", "POST"})}
 DECIDE_PATHS = ("/v1/decide", "/v1/decide/batch", "/v1/scenario/decide")
 
 
@@ -192,6 +194,7 @@ class DecisionService:
         self.controller = RolloutController(self.rollout, cfg.canary_rollback_timeouts)
         self._canary_seen: tuple[str | None, float] = (None, 0.0)
         self.scenario = ScenarioService(cfg.scenario) if cfg.scenario else None
+        self.scenario_rollout = ScenarioRollout(self.scenario) if self.scenario else None
         self._sync()
 
     def _sync(self) -> None:
@@ -392,11 +395,11 @@ class DecisionService:
         self._sync()
         return fleet_layout(self.rollout.stable.policy, self.config.max_batch_size)
 
-    def _scenario_service(self) -> ScenarioService:
-        if self.scenario is None:
+    def _scenario_rollout(self) -> ScenarioRollout:
+        if self.scenario_rollout is None:
             raise HTTPException(404, "no scenario is served: start the service with "
                                      "--scenario NAME (ServiceConfig.scenario)")
-        return self.scenario
+        return self.scenario_rollout
 
     @api.post("/v1/scenario/decide", response_model=ScenarioDecision)
     async def scenario_decide(self, body: ScenarioState, request: Request
@@ -405,13 +408,30 @@ class DecisionService:
         signal-aware rule answers (``fallback: true``) when the controller fails."""
         if self.config.decide_requires_token:
             self._require_token(request)
-        return await self._scenario_service().decide(body)
+        return await self._scenario_rollout().decide(body)
 
     @api.get("/v1/scenario")
     async def scenario_info(self) -> dict[str, Any]:
         """The served scenario: horizon, fleet cores, decision period, bounds, counters and
         an example ``/v1/scenario/decide`` body."""
-        return self._scenario_service().info()
+        return self._scenario_rollout().stable.info()
+
+    @api.post("/v1/scenario/canary")
+    async def scenario_canary(self, body: CanaryRequest, request: Request) -> dict[str, Any]:
+        """Start a canary of the scenario controller, or promote or roll it back
+        (``serve_apps.scenario_canary``); 422 naming the field for a refused one."""
+        self._require_token(request)
+        try:
+            return self._scenario_rollout().handle(body)
+        except CanaryError as e:
+            field, _, message = str(e).partition(": ")
+            raise StateError(field, message) from None
+
+    @api.get("/v1/scenario/canary")
+    async def scenario_canary_state(self, request: Request) -> dict[str, Any]:
+        """The scenario rollout: stable and canary policies, counters, events."""
+        self._require_token(request)
+        return self._scenario_rollout().report()
 
     @api.get("/healthz")
     async def healthz(self) -> dict[str, str]:

@@ -133,7 +133,7 @@ def test_scripted_operator_noise_rates_over_http(pool, tmp_path):
     assert abs(wrong - 0.2 * m) <= 4 * np.sqrt(m * 0.2 * 0.8) + 1, (wrong, m)
 
 
-LEARNER_MODULES = ("reward", "loop", "segments", "trace", "names", "cli")
+LEARNER_MODULES = ("reward", "loop", "segments", "trace", "names", "cli", "finetune", "canary")
 
 
 def _imports(path: Path) -> set[str]:
@@ -154,6 +154,8 @@ def test_the_learner_never_imports_a_utility():
     # loop.py's only way to a utility is the evaluation, imported after the choice is made
     src = (ROOT / "cloudrl" / "steer" / "loop.py").read_text()
     assert src.index("learner_saw = ") < src.index("from cloudrl.steer.evaluate import")
+    # the learned policy is steered (ES on the learned reward) before that check too
+    assert src.index("steered = _steer_learned(") < src.index("learner_saw = ")
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -166,6 +168,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (("--operators", "dave:nope"), "utility 'nope'"),
     (("--operators", "dave:lc_window:flip=0.9"), "flip"),
     (("--operators", "dave"), "NAME:UTILITY"),
+    (("--start", "/nonexistent/ckpt"), "--start"),
+    (("--snapshots", "10"), "--snapshots"),
+    (("--canary", "zed"), "--canary"),
+    (("--es-pairs", "0"), "--es-pairs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, field):
     from cloudrl.cli import main

@@ -20,8 +20,13 @@ def _cmd_loop(args: argparse.Namespace) -> int:
         kw = {k: getattr(args, k) for k in ("rounds", "pool_heuristic", "pool_mpc",
                                              "pool_seeds", "search_heuristic", "search_mpc",
                                              "val_seeds", "n_test_seeds", "members", "steps",
-                                             "seed", "workers", "port", "out")
+                                             "seed", "workers", "port", "out", "start",
+                                             "pool_learned", "es_iterations", "es_pairs",
+                                             "es_seeds", "drift_threshold", "canary",
+                                             "serve_port", "reference_dir")
               if getattr(args, k) is not None}
+        if args.snapshots:
+            kw["snapshots"] = tuple(args.snapshots)
         cfg = LoopConfig(scenario=args.scenario, operators=ops, comparisons=args.comparisons,
                          **kw)
         load_scenario(args.scenario)
@@ -64,5 +69,25 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     lp.add_argument("--workers", type=int, help="Ray workers recording episodes (default 1)")
     lp.add_argument("--port", type=int, help="the labelling app's port (default: a free one)")
     lp.add_argument("--out", help="report, labels and store (default results/steer/loop)")
+    lp.add_argument("--start", help="a learned checkpoint of the scenario (e.g. "
+                                    "checkpoints/steering/tiny_start): steered by ES on each "
+                                    "operator's learned reward")
+    lp.add_argument("--pool-learned", type=int, help="perturbed copies of --start in the pool "
+                                                     "(default 4)")
+    lp.add_argument("--es-iterations", type=int, help="ES iterations of a steering (default 8)")
+    lp.add_argument("--es-pairs", type=int, help="antithetic pairs per ES iteration (default 3)")
+    lp.add_argument("--es-seeds", type=int, help="train seeds per ES candidate (default 2)")
+    lp.add_argument("--snapshots", type=int, nargs="+", metavar="N",
+                    help="label counts whose reward models also steer the learned policy "
+                         "(nested: e.g. 100 300 of --comparisons 1000)")
+    lp.add_argument("--drift-threshold", type=float, help="accuracy drop on the newest labels "
+                                                          "that retrains (default 0.1)")
+    lp.add_argument("--canary", metavar="OPERATOR",
+                    help="register this operator's steered policy and roll it out as a canary "
+                         "on the decision service (Ray Serve, real HTTP)")
+    lp.add_argument("--serve-port", type=int, help="the decision service's port (default: a "
+                                                   "free one in 8631-8639)")
+    lp.add_argument("--reference-dir", help="cache of the hidden-tuned references (default "
+                                            "OUT/reference)")
     lp.set_defaults(func=_cmd_loop)
     return st

@@ -64,6 +64,16 @@ class LoopConfig:
     workers: int = 1
     port: int = 0
     out: str = "results/steer/loop"
+    start: str | None = None  # a learned checkpoint of the scenario: steered by ES
+    pool_learned: int = 4  # perturbed copies of the start in the pool
+    es_iterations: int = 8
+    es_pairs: int = 3
+    es_seeds: int = 2
+    snapshots: tuple[int, ...] = ()  # label counts whose reward models also steer
+    drift_threshold: float = 0.1  # accuracy drop (recent vs older) that retrains
+    canary: str | None = None  # the operator whose steered policy goes on canary
+    serve_port: int = 0
+    reference_dir: str | None = None  # cache of the hidden-tuned references
 
     def __post_init__(self) -> None:
         if not 1 <= self.comparisons <= 1000:
@@ -86,6 +96,32 @@ class LoopConfig:
                 raise ValueError(f"{name} must be <= 50, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port {self.port}: not a port")
+        if not 0 <= self.serve_port <= 65535:
+            raise ValueError(f"--serve-port {self.serve_port}: not a port")
+        if self.start is not None and not (Path(self.start) / "policy.json").is_file():
+            raise ValueError(f"--start {self.start}: not a learned checkpoint (no policy.json)")
+        if self.pool_learned < 0:
+            raise ValueError(f"--pool-learned must be >= 0, got {self.pool_learned}")
+        for name in ("es_iterations", "es_pairs", "es_seeds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, "
+                                 f"got {getattr(self, name)}")
+        for n in self.snapshots:
+            if not 1 <= n < self.comparisons:
+                raise ValueError(f"--snapshots {n}: must be in [1, --comparisons)")
+        if self.canary is not None:
+            if self.start is None:
+                raise ValueError("--canary: needs --start (the learned policy it steers)")
+            if self.canary not in names:
+                raise ValueError(f"--canary {self.canary}: not an operator "
+                                 f"({', '.join(names)})")
+
+    def es(self, run_seed: int) -> Any:
+        from cloudrl.steer.finetune import SteerES
+
+        return SteerES(iterations=self.es_iterations, pairs=self.es_pairs,
+                       seeds_per_candidate=self.es_seeds, n_val_seeds=self.val_seeds,
+                       eval_every=2, run_seed=run_seed)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -173,6 +209,40 @@ def _run_operators(app: LabellingApp, ops: tuple[OperatorSpec, ...], tokens: dic
     return out
 
 
+def _learned_pool(start: str, n: int, rng: np.random.Generator, out: Path
+                  ) -> list[ControllerSpec]:
+    """The start and ``n`` copies of it with every weight perturbed (sigma 0.05), written
+    under ``out``: the pool shows the operators behaviour near the policy to be steered."""
+    import torch
+
+    from cloudrl.algorithms.distill.policy import (
+        load_checkpoint,
+        ready_margins_of,
+        release_levels_of,
+        save_checkpoint,
+    )
+
+    specs = [ControllerSpec("learned", {"checkpoint": str(start)})]
+    for k in range(n):
+        module, spec = load_checkpoint(start)
+        with torch.no_grad():
+            for prm in module.parameters():
+                prm.add_(torch.as_tensor(rng.normal(0.0, 0.05, tuple(prm.shape)),
+                                         dtype=prm.dtype))
+        path = save_checkpoint(module, out / f"p{k}", tuple(spec["model_config"]["hiddens"]),
+                               {"scenario": spec.get("scenario"), "perturbed_from": str(start)},
+                               release_levels_of(spec), ready_margins_of(spec))
+        specs.append(ControllerSpec("learned", {"checkpoint": str(path)}))
+    return specs
+
+
+def _round_sizes(comparisons: int, rounds: int, snapshots: tuple[int, ...]) -> list[int]:
+    """Labels per round: ``rounds`` even rounds, split further at every snapshot count."""
+    ends = {comparisons * (r + 1) // rounds for r in range(rounds)} | set(snapshots)
+    ends = sorted(e for e in ends if 0 < e <= comparisons)
+    return [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
 def _candidate_pairs(keys: list[str], n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
     """Up to ``n`` distinct unordered pairs of distinct keys, at random."""
     allp = [(keys[i], keys[j]) for i in range(len(keys)) for j in range(i + 1, len(keys))]
@@ -217,6 +287,8 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
 
     # 1. the pool, on train seeds
     pspecs = _specs(rng, cfg.pool_heuristic, cfg.pool_mpc)
+    if cfg.start is not None:
+        pspecs += _learned_pool(cfg.start, cfg.pool_learned, rng, out / "pool_learned")
     pseeds = list(train_seeds(cfg.pool_seeds))
     ptraces = record_many(scn, pspecs, pseeds, cfg.workers)
     traces: dict[str, Trace] = {}
@@ -246,9 +318,10 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     offsets = {op.name: 0 for op in cfg.operators}
     models: dict[str, Any] = {}
     infos: dict[str, Any] = {}
+    snap: dict[int, dict[str, Any]] = {}  # label count -> operator -> reward model
+    snap_info: dict[int, dict[str, Any]] = {}
     try:
-        per_round = [cfg.comparisons // cfg.rounds + (r < cfg.comparisons % cfg.rounds)
-                     for r in range(cfg.rounds)]
+        per_round = _round_sizes(cfg.comparisons, cfg.rounds, tuple(cfg.snapshots))
         for rnd, n in enumerate(per_round):
             if n == 0:
                 continue
@@ -265,9 +338,13 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
                     models[op.name], infos[op.name] = learn(
                         traces, labels[op.name], seed=cfg.seed, steps=cfg.steps,
                         members=cfg.members)
+            done = sum(per_round[:rnd + 1])
+            if done in cfg.snapshots:
+                snap[done], snap_info[done] = dict(models), {
+                    k: v["heldout_acc"] for k, v in infos.items()}
             if rnd < len(per_round) - 1:
                 _reprioritise(conn, models, traces)
-            log(f"round {rnd + 1}/{cfg.rounds}: " + ", ".join(
+            log(f"round {rnd + 1}/{len(per_round)}: " + ", ".join(
                 f"{op.name} {offsets[op.name]} labels (held-out pair accuracy "
                 f"{infos.get(op.name, {}).get('heldout_acc', float('nan')):.3f})"
                 for op in cfg.operators) + f" ({time.perf_counter() - t0:.0f} s)")
@@ -280,6 +357,19 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     (out / "labels.json").write_text(json.dumps(labels))
     drift = {name: drift_report(models[name], traces, labels[name])
              for name in models if len(labels.get(name, [])) >= 10}
+    stale: dict[str, Any] = {}
+    for name, d in drift.items():  # a drop in accuracy on the newest labels: retrain on them
+        d["retrained"] = d["accuracy_change"] <= -cfg.drift_threshold
+        if d["retrained"]:
+            recent = labels[name][-int(round(0.4 * len(labels[name]))):]
+            stale[name] = models[name]
+            models[name], info = learn(traces, recent, seed=cfg.seed, steps=cfg.steps,
+                                       members=cfg.members)
+            d["retrained_on"] = len(recent)
+            d["retrained_heldout_acc"] = info["heldout_acc"]
+            log(f"drift: {name}'s accuracy on its newest labels fell by "
+                f"{-d['accuracy_change']:.3f}: retrained on its newest {len(recent)} labels "
+                f"(held-out pair accuracy {info['heldout_acc']:.3f})")
 
     # 4. steering on validation seeds (the learner's choice)
     srng = np.random.default_rng([cfg.seed, 13])
@@ -295,6 +385,8 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
         for name, model in models.items():
             r = [float(model.score(model.inputs(row)).mean()) for row in rows]
             chosen.setdefault(name, {})[f] = int(np.argmax(r))
+    steered = _steer_learned(cfg, scn, models, snap, stale, out, log) \
+        if cfg.start is not None else {}
     learner_saw = UTILITIES_MODULE in sys.modules
     log(f"steered (validation, {len(vseeds)} seeds): " + ", ".join(
         f"{name}: " + " ".join(f"{f} #{i}" for f, i in ch.items())
@@ -330,6 +422,14 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
             for r in rows:
                 r["operator"] = op.name
             table.extend(rows)
+    if steered:
+        table.extend(_learned_rows(cfg, scn, steered, tseeds, base, out, log))
+    canary = None
+    if cfg.canary is not None:
+        from cloudrl.steer.canary import canary_rollout
+
+        canary = canary_rollout(scn.name, steered[cfg.canary], cfg.start, out,
+                                cfg.serve_port, log)
     report = {"config": {**asdict(cfg), "operators": [asdict(o) for o in cfg.operators]},
               "pool_episodes": len(traces), "pairs_enqueued": len(pairs),
               "label_counts": counts, "reward_models": infos, "drift": drift,
@@ -339,10 +439,73 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
               "hidden_tuned": {k: {f: search[f][i].params for f, i in v.items()}
                                for k, v in hidden.items()},
               "learner_saw_utilities": learner_saw, "rows": table,
+              "steered_learned": steered, "snapshot_heldout_acc": snap_info,
+              "canary": canary,
               "wall_s": time.perf_counter() - t0}
     report["table"] = format_table(report)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
     return report
+
+
+def _steer_learned(cfg: LoopConfig, scn: Any, models: dict[str, Any],
+                   snap: dict[int, dict[str, Any]], stale: dict[str, Any], out: Path,
+                   log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """The start fine-tuned by ES on each operator's learned reward (validation seeds,
+    the learned reward only), also on every snapshot's model and on a drifted operator's
+    stale one; per key (``alice``, ``alice@100``, ``carol:stale``) its checkpoint."""
+    from cloudrl.steer.finetune import save_steered, steer_policy
+
+    jobs = [(name, name, None, m) for name, m in models.items()]
+    jobs += [(f"{name}@{n}", name, n, m) for n, ms in sorted(snap.items())
+             for name, m in ms.items()]
+    jobs += [(f"{name}:stale", name, None, m) for name, m in stale.items()]
+    done: dict[str, dict[str, Any]] = {}
+    for key, name, n, model in jobs:
+        es = cfg.es(cfg.seed)
+
+        def objective(trs: list[Trace], model: Any = model) -> np.ndarray:
+            return -model.score(model.inputs(trs))
+
+        log(f"steering the learned policy on {key}'s learned reward (ES, "
+            f"{es.episodes()} episodes)")
+        res = steer_policy(scn, cfg.start, objective, es, log)
+        path = save_steered(res, cfg.start, out / "steered" / key.replace("@", "_at")
+                            .replace(":", "_"), scn, es, f"learned reward of {key}")
+        done[key] = {"operator": name, "labels": n or cfg.comparisons,
+                     "stale": key.endswith(":stale"), "checkpoint": str(path),
+                     "kept_iteration": res.kept_iteration, "val_learned_start": -res.val_start,
+                     "val_learned_kept": -res.val_kept, "episodes": res.episodes,
+                     "wall_s": res.wall_s}
+    return done
+
+
+def _learned_rows(cfg: LoopConfig, scn: Any, steered: dict[str, dict[str, Any]],
+                  tseeds: list[int], base: list[Trace], out: Path,
+                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Test-seed rows of the learned family: the start (default), the start fine-tuned on
+    the hidden utility (hidden) and each steered checkpoint, under the hidden utility."""
+    from cloudrl.steer.evaluate import hidden_reference, rows_for
+
+    ops = {o.name: o for o in cfg.operators}
+    cache = Path(cfg.reference_dir) if cfg.reference_dir else out / "reference"
+    refs = {o.name: str(hidden_reference(scn, cfg.start, o.utility, cfg.es(0), cache, log))
+            for o in cfg.operators}
+    paths = list(dict.fromkeys([cfg.start, *refs.values(),
+                                *(s["checkpoint"] for s in steered.values())]))
+    trs = record_many(scn, [ControllerSpec("learned", {"checkpoint": p}) for p in paths],
+                      tseeds, cfg.workers)
+    test = dict(zip(paths, trs, strict=True))
+    rows = []
+    for key, st in steered.items():
+        op = ops[st["operator"]]
+        for r in rows_for(op.utility, "learned", {
+                "default": test[cfg.start], "hidden": test[refs[op.name]],
+                "steered": test[st["checkpoint"]]}, base):
+            if key != op.name and r["policy"] != "steered":
+                continue
+            r.update(operator=key, labels=st["labels"])
+            rows.append(r)
+    return rows
 
 
 def format_table(rep: dict[str, Any]) -> str:
@@ -350,13 +513,13 @@ def format_table(rep: dict[str, Any]) -> str:
     lines = [f"{c['scenario']}: {c['comparisons']} labels per operator over HTTP, "
              f"{c['n_test_seeds']} test seeds; U = the operator's hidden utility "
              "($/episode, lower is better)",
-             f"{'operator':10s} {'utility':16s} {'family':13s} {'policy':8s} {'U':>8s} "
+             f"{'operator':10s} {'utility':24s} {'family':13s} {'policy':8s} {'U':>8s} "
              f"{'cost':>7s}  {'U - default heuristic [95% CI]':>30s} {'gap closed':>10s}"]
     for r in rep["rows"]:
         d, lo, hi = r["vs_default_heuristic"]
         gap = "" if r["policy"] != "steered" else (
             "n/a" if not np.isfinite(r["gap_closed"]) else f"{100 * r['gap_closed']:.0f}%")
-        lines.append(f"{r['operator']:10s} {r['utility']:16s} {r['family']:13s} "
+        lines.append(f"{r['operator']:10s} {r['utility']:24s} {r['family']:13s} "
                      f"{r['policy']:8s} {r['utility_mean']:8.3f} {r['cost_usd_mean']:7.3f}  "
                      f"{d:+8.3f} [{lo:+8.3f}, {hi:+8.3f}]  {gap:>10s}")
     for name, info in rep["reward_models"].items():
@@ -368,5 +531,14 @@ def format_table(rep: dict[str, Any]) -> str:
     alpha = q.get("krippendorff_alpha", q.get("alpha"))
     if alpha is not None:
         lines.append(f"agreement between operators: Krippendorff's alpha {alpha}")
+    for name, d in rep.get("drift", {}).items():
+        lines.append(f"drift {name}: accuracy on newest {d['recent']['labels']} labels "
+                     f"{d['recent']['accuracy']:.3f} vs older {d['older']['accuracy']:.3f}"
+                     + (f"; retrained on the newest {d['retrained_on']}" if d.get("retrained")
+                        else ""))
+    can = rep.get("canary")
+    if can:
+        lines.append(f"canary: version {can['registered_version']} {can['outcome']} after "
+                     f"{can['canary_decisions']} canary decisions ({can['reason']})")
     lines.append(f"wall time {rep['wall_s']:.0f} s")
     return "\n".join(lines)
