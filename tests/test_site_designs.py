@@ -197,3 +197,12 @@ def test_the_sweep_runs_end_to_end_and_the_bound_is_below_every_controller(
     assert set(base) == {"rule", "mpc", "oracle"}
     assert all(base[k][0]["demand_usd"] == 0.0 < base[k][0]["demand_peak_kw"] for k in base)
     assert "## de_lu" in md.read_text() and "## caiso" in md.read_text()
+
+
+@pytest.mark.parametrize("pct,expect", [
+    ([-4.2, -7.0, -1.4], "room for planning"), ([-1.1, -2.0, -0.2], "a small gap"),
+    ([-3.5, -8.0, 1.0], "no gap"), ([2.5, 0.4, 4.6], "the rule is cheaper")])
+def test_the_verdict_reads_the_oracle_interval(pct, expect):
+    from cloudrl.sites.designs_page import verdict
+
+    assert verdict(pct) == expect
