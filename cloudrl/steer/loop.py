@@ -275,7 +275,7 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     """The loop (module docstring); returns the report, also written to ``out``."""
     from cloudrl.labelling.db import connect
     from cloudrl.labelling.tokens import add_operator
-    from cloudrl.steer.reward import drift_report, learn, operator_labels
+    from cloudrl.steer.reward import drift_forward, drift_report, learn, operator_labels
     from cloudrl.steer.segments import enqueue_pairs, segment_key, segment_of
     from envs.scenario.catalog import load_scenario
 
@@ -359,7 +359,9 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
              for name in models if len(labels.get(name, [])) >= 10}
     stale: dict[str, Any] = {}
     for name, d in drift.items():  # a drop in accuracy on the newest labels: retrain on them
-        d["retrained"] = d["accuracy_change"] <= -cfg.drift_threshold
+        d["forward"] = drift_forward(traces, labels[name], seed=cfg.seed, steps=cfg.steps,
+                                     members=cfg.members)
+        d["retrained"] = d["forward"]["accuracy_change"] <= -cfg.drift_threshold
         if d["retrained"]:
             recent = labels[name][-int(round(0.4 * len(labels[name]))):]
             stale[name] = models[name]
@@ -367,8 +369,9 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
                                        members=cfg.members)
             d["retrained_on"] = len(recent)
             d["retrained_heldout_acc"] = info["heldout_acc"]
-            log(f"drift: {name}'s accuracy on its newest labels fell by "
-                f"{-d['accuracy_change']:.3f}: retrained on its newest {len(recent)} labels "
+            log(f"drift: a model of {name}'s older labels predicts its newest ones "
+                f"{-d['forward']['accuracy_change']:.3f} worse than its held-out older "
+                f"ones: retrained on its newest {len(recent)} labels "
                 f"(held-out pair accuracy {info['heldout_acc']:.3f})")
 
     # 4. steering on validation seeds (the learner's choice)
@@ -532,8 +535,12 @@ def format_table(rep: dict[str, Any]) -> str:
     if alpha is not None:
         lines.append(f"agreement between operators: Krippendorff's alpha {alpha}")
     for name, d in rep.get("drift", {}).items():
+        f = d.get("forward", {})
         lines.append(f"drift {name}: accuracy on newest {d['recent']['labels']} labels "
-                     f"{d['recent']['accuracy']:.3f} vs older {d['older']['accuracy']:.3f}"
+                     f"{d['recent']['accuracy']:.3f} vs older {d['older']['accuracy']:.3f}; "
+                     f"a model of the older labels: {f.get('recent_accuracy', float('nan')):.3f}"
+                     f" on the newest vs {f.get('older_heldout_accuracy', float('nan')):.3f} "
+                     "held out"
                      + (f"; retrained on the newest {d['retrained_on']}" if d.get("retrained")
                         else ""))
     can = rep.get("canary")

@@ -195,3 +195,25 @@ def drift_report(model: SequenceReward, traces: dict[str, Trace],
     return {"older": {"labels": len(labels) - n_recent, "accuracy": acc_old},
             "recent": {"labels": n_recent, "accuracy": acc_new},
             "accuracy_change": acc_new - acc_old}
+
+
+def drift_forward(traces: dict[str, Trace], labels: list[dict[str, Any]],
+                  recent_fraction: float = 0.3, seed: int = 0, steps: int = 200,
+                  members: int = 3) -> dict[str, Any]:
+    """A model of the older ``1 - recent_fraction`` of the labels (fit on 80% of them)
+    predicting the newest labels vs its held-out older ones (ties left out): when the
+    operator's trade-off moved, the older model predicts the new labels worse than it
+    predicts labels of its own time. ``accuracy_change`` = recent - held-out older."""
+    n_recent = max(1, int(round(len(labels) * recent_fraction)))
+    older, recent = labels[:-n_recent], labels[-n_recent:]
+    model, info = learn(traces, older, seed=seed, steps=steps, members=members)
+    keys = list(traces)
+    index = {k: i for i, k in enumerate(keys)}
+    inp = model.inputs([traces[k] for k in keys])
+    a = np.array([index[r["a"]] for r in recent])
+    b = np.array([index[r["b"]] for r in recent])
+    y = np.array([r["label"] for r in recent], float)
+    acc = pair_accuracy(model.prob_a(inp, a, b), y)
+    return {"older_labels": len(older), "older_heldout_accuracy": info["heldout_acc"],
+            "recent_labels": n_recent, "recent_accuracy": acc,
+            "accuracy_change": acc - info["heldout_acc"]}
