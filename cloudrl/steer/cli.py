@@ -40,6 +40,23 @@ def _cmd_loop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from cloudrl.steer.summary import load_reports, markdown, summarise
+
+    try:
+        reports = load_reports(args.reports)
+    except ValueError as e:
+        print(f"cloudrl: steer summary: {e}", file=sys.stderr)
+        return 2
+    summary = summarise(reports)
+    print(markdown(summary))
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(summary, indent=2, default=float))
+    return 0
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``steer loop`` to a CLI's subparsers."""
     st = subparsers.add_parser("steer", help="operators' own trade-offs: label over HTTP -> "
@@ -90,4 +107,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     lp.add_argument("--reference-dir", help="cache of the hidden-tuned references (default "
                                             "OUT/reference)")
     lp.set_defaults(func=_cmd_loop)
+    sm = sub.add_parser("summary", help="the steered rows of several loop reports (run seeds) "
+                                        "per hidden utility, as markdown")
+    sm.add_argument("reports", nargs="+", help="report.json files or the loops' --out dirs")
+    sm.add_argument("--json", help="also write the rows here")
+    sm.set_defaults(func=_cmd_summary)
     return st
