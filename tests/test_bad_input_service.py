@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 TOKEN = "bad-input-token-0001"
 N_SERVERS = 12
-PROTECTED = [("POST", "/v1/rollout"), ("GET", "/v1/rollout"), ("POST", "/v1/feedback")]
+PROTECTED = [("POST", "/v1/rollout"), ("GET", "/v1/rollout"), ("POST", "/v1/feedback"),
+             ("POST", "/v1/scenario/canary"), ("GET", "/v1/scenario/canary")]
 
 
 def in_process_service(config: dict):
@@ -118,6 +119,8 @@ def test_unauthenticated_requests_get_401_whatever_the_body(client, method, path
     ("/v1/rollout", b'{"action": 5}', "action"),
     ("/v1/rollout", b'{"action": "weight"}', "body"),
     ("/v1/feedback", b'{"pairs": []}', "pairs"),
+    ("/v1/scenario/canary", b'{"weight": 5}', "weight"),
+    ("/v1/scenario/canary", b'{"policy": "mpc", "colour": 1}', "colour"),
 ])
 def test_with_the_token_the_body_is_validated(client, path, raw, field):
     response = client.post(path, content=raw, headers={
@@ -314,7 +317,8 @@ def test_decide_behind_a_token_is_401_before_its_body_is_read(client):
     from serve_apps.http_guards import BearerAuth
     from serve_apps.service_config import ServiceConfig
 
-    assert set(protected_paths(ServiceConfig())) == {"/v1/rollout", "/v1/feedback"}
+    assert set(protected_paths(ServiceConfig())) == {"/v1/rollout", "/v1/feedback",
+                                                     "/v1/scenario/canary"}
     guarded = protected_paths(ServiceConfig(decide_requires_token=True))
     assert guarded["/v1/decide"] == guarded["/v1/decide/batch"] == {"POST"}
     saved = BearerAuth.token, dict(BearerAuth.protected)
