@@ -97,8 +97,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     lp.add_argument("--snapshots", type=int, nargs="+", metavar="N",
                     help="label counts whose reward models also steer the learned policy "
                          "(nested: e.g. 100 300 of --comparisons 1000)")
-    lp.add_argument("--drift-threshold", type=float, help="accuracy drop on the newest labels "
-                                                          "that retrains (default 0.1)")
+    lp.add_argument("--drift-threshold", type=float,
+                    help="accuracy drop on the newest labels that retrains, at least 1.64 "
+                         "standard errors (default 0.1; negative: retrain every operator)")
     lp.add_argument("--canary", metavar="OPERATOR",
                     help="register this operator's steered policy and roll it out as a canary "
                          "on the decision service (Ray Serve, real HTTP)")

@@ -70,7 +70,8 @@ class LoopConfig:
     es_pairs: int = 3
     es_seeds: int = 2
     snapshots: tuple[int, ...] = ()  # label counts whose reward models also steer
-    drift_threshold: float = 0.1  # accuracy drop (recent vs older) that retrains
+    drift_threshold: float = 0.1  # accuracy drop (recent vs older) that retrains, at least
+    # 1.64 standard errors of that drop
     canary: str | None = None  # the operator whose steered policy goes on canary
     serve_port: int = 0
     reference_dir: str | None = None  # cache of the hidden-tuned references
@@ -361,7 +362,11 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     for name, d in drift.items():  # a drop in accuracy on the newest labels: retrain on them
         d["forward"] = drift_forward(traces, labels[name], seed=cfg.seed, steps=cfg.steps,
                                      members=cfg.members)
-        d["retrained"] = d["forward"]["accuracy_change"] <= -cfg.drift_threshold
+        # a drop larger than the threshold and than 1.64 standard errors (one-sided 95%)
+        fw = d["forward"]
+        # (a negative threshold retrains every operator: a drill)
+        d["retrained"] = cfg.drift_threshold < 0 or fw["accuracy_change"] <= -max(
+            cfg.drift_threshold, 1.64 * fw["standard_error"])
         if d["retrained"]:
             recent = labels[name][-int(round(0.4 * len(labels[name]))):]
             stale[name] = models[name]

@@ -203,7 +203,8 @@ def drift_forward(traces: dict[str, Trace], labels: list[dict[str, Any]],
     """A model of the older ``1 - recent_fraction`` of the labels (fit on 80% of them)
     predicting the newest labels vs its held-out older ones (ties left out): when the
     operator's trade-off moved, the older model predicts the new labels worse than it
-    predicts labels of its own time. ``accuracy_change`` = recent - held-out older."""
+    predicts labels of its own time. ``accuracy_change`` = recent - held-out older, with
+    the standard error of that difference (two independent proportions)."""
     n_recent = max(1, int(round(len(labels) * recent_fraction)))
     older, recent = labels[:-n_recent], labels[-n_recent:]
     model, info = learn(traces, older, seed=seed, steps=steps, members=members)
@@ -214,6 +215,8 @@ def drift_forward(traces: dict[str, Trace], labels: list[dict[str, Any]],
     b = np.array([index[r["b"]] for r in recent])
     y = np.array([r["label"] for r in recent], float)
     acc = pair_accuracy(model.prob_a(inp, a, b), y)
-    return {"older_labels": len(older), "older_heldout_accuracy": info["heldout_acc"],
+    p0, n0 = info["heldout_acc"], max(int(info["heldout"]), 1)
+    se = float(np.sqrt(p0 * (1 - p0) / n0 + acc * (1 - acc) / max(n_recent, 1)))
+    return {"older_labels": len(older), "older_heldout_accuracy": p0,
             "recent_labels": n_recent, "recent_accuracy": acc,
-            "accuracy_change": acc - info["heldout_acc"]}
+            "accuracy_change": acc - p0, "standard_error": se}
