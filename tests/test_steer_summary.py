@@ -69,3 +69,17 @@ def test_cli_reads_dirs_and_names_a_bad_path(tmp_path, capsys):
     assert main(["steer", "summary", str(bad)]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "nope.json" in err[0]
+
+
+def test_a_false_alarm_keeps_the_model_of_all_labels():
+    rep = _report(0, {300: 4.6})
+    stale = dict(rep["rows"][2], operator="ann:stale", utility_mean=4.2,
+                 gap_closed=0.8, gap_closed_vs_heuristic=0.9)
+    rep["rows"].append(stale)
+    s = summarise([rep])
+    rows = {r["operator"]: r for r in s["rows"]["lc_window|learned"]}
+    assert rows["ann"]["U"] == 4.2
+    assert rows["ann (retrained on a false alarm)"]["U"] == 4.6
+    md = markdown(s)
+    assert "| `lc_window` | learned | 300 | 1 | 80% | 90% |" in md
+    assert "`lc_window` ann (retrained on a false alarm)" in md.split("switched")[1]

@@ -6,9 +6,11 @@ Per utility (the one the operator holds at the end) and family: each run's steer
 the share of the gap closed to the same family tuned on the hidden utility, measured from
 the family's cost-tuned point and from the default-tuned heuristic), the median run's
 share and, for the learned family, the shares by label count (the runs' own count and
-any ``--snapshots``). A share is ``n/a`` where the hidden-tuned point is no better (on
-the test seeds) than the baseline it is measured from: there is no gap to close, the
-reference search did not find one.
+any ``--snapshots``). An operator whose utility never moved but whose drift check fired
+(a false alarm) keeps the row steered on the model of all its labels; the retrained row
+is listed with the drifted operators. A share is ``n/a`` where the hidden-tuned point is
+no better (on the test seeds) than the baseline it is measured from: there is no gap to
+close, the reference search did not find one.
 """
 
 from __future__ import annotations
@@ -56,10 +58,17 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
         base = {(r["operator"], r["family"]): r for r in rep["rows"] if r["policy"] == "hidden"}
         dflt = {(r["operator"], r["family"]): r for r in rep["rows"]
                 if r["policy"] == "default"}
+        stale = {r["operator"] for r in rep["rows"] if r["operator"].endswith(":stale")}
         for r in rep["rows"]:
             if r["policy"] != "steered":
                 continue
             op = r["operator"].split("@")[0].split(":")[0]
+            who = r["operator"]
+            if ">" not in r["utility"] and f"{op}:stale" in stale:
+                # a false alarm: this operator's utility never moved, so its model of all
+                # its labels (":stale") is its row and the retrained one goes with the drift
+                who = op if who == f"{op}:stale" else (
+                    f"{who} (retrained on a false alarm)" if who == op else who)
             hid, d = base.get((op, r["family"])), dflt.get((op, r["family"]))
             gap, gap_h = r["gap_closed"], r.get("gap_closed_vs_heuristic", float("nan"))
             if hid is None or d is None or hid["utility_mean"] >= d["utility_mean"]:
@@ -67,7 +76,7 @@ def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
             if hid is None or hid["vs_default_heuristic"][0] >= 0:
                 gap_h = float("nan")
             rows.setdefault((_end(r["utility"]), r["family"]), []).append({
-                "seed": seed, "labels": r.get("labels", n), "operator": r["operator"],
+                "seed": seed, "labels": r.get("labels", n), "operator": who,
                 "spec": r["utility"], "U": r["utility_mean"], "cost": r["cost_usd_mean"],
                 "vs_default_heuristic": r["vs_default_heuristic"],
                 "hidden_vs_default_heuristic": hid["vs_default_heuristic"] if hid else None,
@@ -87,7 +96,7 @@ def markdown(summary: dict[str, Any]) -> str:
         u, f = key.split("|")
         for r in sorted(rows, key=lambda r: (r["labels"], r["seed"], r["operator"])):
             hid = r["hidden_vs_default_heuristic"]
-            who = f" {r['operator']}" if ">" in r["spec"] else ""
+            who = f" {r['operator']}" if ">" in r["spec"] or "alarm" in r["operator"] else ""
             (drift if who else lines).append(
                 f"| `{r['spec']}`{who} | {f} | {r['seed']} | {r['labels']} | {r['U']:.3f} | "
                 f"{_ci(r['vs_default_heuristic'])} | {_ci(hid) if hid else ''} | "
@@ -99,7 +108,8 @@ def markdown(summary: dict[str, Any]) -> str:
         u, f = key.split("|")
         by: dict[int, list[dict[str, Any]]] = {}
         for r in rows:
-            if ":stale" not in r["operator"] and ">" not in r["spec"]:
+            if ":stale" not in r["operator"] and ">" not in r["spec"] \
+                    and "alarm" not in r["operator"]:
                 by.setdefault(r["labels"], []).append(r)
         for n, rs in sorted(by.items()):
             g = [r["gap_closed"] for r in rs]
