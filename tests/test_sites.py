@@ -182,3 +182,34 @@ def test_site_scenario_moves_peak_hours_to_utc():
     # the catalog's latency-critical peak is 19:00 local: 18:00 UTC in CET, 03:00 in PST
     assert de.classes[0].peak_hour == pytest.approx(18.0)
     assert ca.classes[0].peak_hour == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("site_name,split", [("de_lu", "temporal"), ("caiso", "regime_shift")])
+def test_sites_train_reads_no_test_date_in_training_or_selection(site_name, split):
+    """Every episode ``cloudrl sites train`` plays to train (train seeds, and the held-out
+    seeds that keep a DAgger round or an ES iteration) or to select (validation seeds) ends
+    before the test period starts: checked on the series each seed actually gets."""
+    from cloudrl.protocol import train_seeds, validation_seeds
+    from cloudrl.sites.train import phase_scenarios
+
+    site = BUILTIN[site_name]
+    per = site.splits[split]
+    test_lo = np.datetime64(per.test.start).astype("datetime64[s]")
+    scns = phase_scenarios(site, split, carbon_model="seasonal_naive")
+    assert set(scns) == {"train", "validation"}
+    for part, seeds in (("train", [*train_seeds(50)[::7], *validation_seeds(8)[::3]]),
+                        ("validation", list(validation_seeds(12))[::2])):
+        cfg = scns[part]
+        assert cfg.signals.csv_path == str(slice_path(site, split, part))
+        lo = np.datetime64(getattr(per, part).start).astype("datetime64[s]")
+        hi = np.datetime64(getattr(per, part).end).astype("datetime64[s]")
+        need = np.timedelta64(int(cfg.signal_ticks * cfg.tick_seconds), "s")
+        starts = set()
+        for seed in seeds:
+            s = make_signals(cfg.signals, cfg.signal_ticks, cfg.tick_seconds, seed)
+            start = np.datetime64(s.start).astype("datetime64[s]")
+            starts.add(start)
+            # the episode and its forecast horizon lie in the part's file, before the test
+            assert start + need <= min(hi, test_lo), (part, seed, start)
+            assert start >= lo - np.timedelta64(8, "D"), (part, seed, start)
+        assert len(starts) > 1  # seeds draw their own days

@@ -159,3 +159,24 @@ def test_headroom_and_report_refuse_bad_arguments_in_one_line(tmp_path, capsys, 
         r = _main(capsys, monkeypatch, tmp_path, *args)
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+
+
+def test_train_refuses_bad_arguments_in_one_line(tmp_path, capsys, monkeypatch):
+    other = tmp_path / "other.json"
+    other.write_text('{"site": "caiso", "split": "temporal", "windows": [], "per_window": {}}')
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"site": "de_lu"')
+    for args, needle in ((["--site", "narnia"], "unknown site 'narnia'"),
+                         (["--site", "caiso", "--split", "monthly"], "--split"),
+                         (["--site", "de_lu", "--es-iterations", "0"], "--es-iterations"),
+                         (["--site", "de_lu", "--val-seeds", "99"], "--val-seeds"),
+                         (["--site", "caiso", "--expert-seeds", "40", "--dagger-rounds", "4"],
+                          "train seeds"),
+                         (["--site", "de_lu", "--workers", "0"], "--workers"),
+                         (["--site", "de_lu", "--headroom", str(other)], "holds caiso"),
+                         (["--site", "de_lu", "--headroom", str(broken)], "broken.json")):
+        out = tmp_path / "out"
+        r = _main(capsys, monkeypatch, tmp_path, "train", *args, "--out-dir", str(out))
+        assert r.returncode == 2, args
+        assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+        assert not out.exists()

@@ -6,6 +6,9 @@
 * ``headroom --site NAME [--split S]``: tune, select and test (:mod:`.headroom`), raw
   results to ``--out``;
 * ``evaluate --site NAME``: each forecaster's error by lead on the test period;
+* ``train --site NAME [--split S] [--headroom RAW.json] [--publish DIR]``: the site's
+  learned policy by the scenario headline's pipeline (:mod:`.train`), tested beside the
+  headroom run's controllers on the same windows;
 * ``report RAW.json ... --json FILE --md FILE``: the results page from raw results.
 
 Bad input is one line on stderr and exit code 2.
@@ -28,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("sites", help="real sites: real prices and carbon, market-true "
                               "forecasts, a temporal split; add your own from two CSVs")
     acts = p.add_subparsers(dest="sites_command", required=True,
-                            metavar="{list,show,add,headroom,evaluate,report,designs}")
+                            metavar="{list,show,add,headroom,train,evaluate,report,designs}")
     ls = acts.add_parser("list", help="the shipped and added sites")
     ls.set_defaults(func=run_list)
     sh = acts.add_parser("show", help="a site's data span, market and splits")
@@ -63,6 +66,31 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     hr.add_argument("--out", default=None, metavar="JSON",
                     help="raw results file (default: none written)")
     hr.set_defaults(func=run_headroom)
+    tr = acts.add_parser("train", help="the site's learned policy: distil the MPC + ES on the "
+                         "train period, select on validation, test on the test windows")
+    tr.add_argument("--site", required=True)
+    tr.add_argument("--split", default="temporal")
+    tr.add_argument("--headroom", default=None, metavar="RAW.json", help="a headroom run of "
+                    "this site and split: its heuristic, windows and rows are reused (default: "
+                    "tune and play them here)")
+    tr.add_argument("--expert-seeds", type=int, default=None)
+    tr.add_argument("--dagger-rounds", type=int, default=None)
+    tr.add_argument("--es-iterations", type=int, default=None)
+    tr.add_argument("--es-pairs", type=int, default=None)
+    tr.add_argument("--val-seeds", type=int, default=None,
+                    help="validation-period episodes per candidate (default 6)")
+    tr.add_argument("--per-season", type=int, default=None, metavar="K",
+                    help="test windows per season without --headroom (default 25)")
+    tr.add_argument("--workers", type=int, default=1)
+    tr.add_argument("--tiny", action="store_true", help="smoke size: 1 expert seed, no "
+                    "DAgger, 1 ES iteration, 1 validation episode, 1 test window per season")
+    tr.add_argument("--out-dir", default="results/sites/train", help="training runs go to "
+                    "OUT_DIR/SITE-SPLIT/")
+    tr.add_argument("--out", default=None, metavar="JSON",
+                    help="raw results with the learned row (default: none written)")
+    tr.add_argument("--publish", default=None, metavar="DIR",
+                    help="copy the selected checkpoint and its per-window test costs here")
+    tr.set_defaults(func=run_train)
     ev = acts.add_parser("evaluate", help="forecast error by lead on the test period")
     ev.add_argument("--site", required=True)
     ev.add_argument("--split", default="temporal")
@@ -179,6 +207,76 @@ def run_headroom(args: argparse.Namespace) -> int:
         d = s["diff_vs_heuristic"].get(name, {}).get("cost_pct")
         ci = f"  {d[0]:+.1f}% [{d[1]:+.1f}, {d[2]:+.1f}] vs heuristic" if d else ""
         print(f"  {name:14s} ${m['cost_usd']:8.2f} (energy {m['energy_usd']:.2f}, carbon "
+              f"{m['carbon_usd']:.2f}, SLA lc {m['sla_lc_usd']:.2f}, SLA batch "
+              f"{m['sla_batch_usd']:.2f}){ci}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from cloudrl.sites.train import TINY, TrainSize, publish, train_site
+
+    try:
+        site = _site(args.site)
+    except ValueError as e:
+        return _fail(str(e))
+    if args.split not in site.splits:
+        return _fail(f"--split: {args.split!r} is not a split of {site.name} "
+                     f"({', '.join(site.splits)})")
+    size = TINY if args.tiny else TrainSize()
+    for flag, field, lo, hi in (("--expert-seeds", "expert_seeds", 1, 40),
+                                ("--dagger-rounds", "dagger_rounds", 0, 5),
+                                ("--es-iterations", "es_iterations", 1, 200),
+                                ("--es-pairs", "es_pairs", 1, 64),
+                                ("--val-seeds", "val_seeds", 1, 50),
+                                ("--per-season", "per_season", 1, 10_000)):
+        v = getattr(args, field)
+        if v is None:
+            continue
+        if not lo <= v <= hi:
+            return _fail(f"{flag}: {v} is outside {lo}..{hi}")
+        size = replace(size, **{field: v})
+    if size.expert_seeds + size.dagger_rounds * size.dagger_seeds > 50:
+        return _fail(f"--expert-seeds + --dagger-rounds x {size.dagger_seeds}: more than the "
+                     f"50 train seeds")
+    if not 1 <= args.workers <= 64:
+        return _fail(f"--workers: {args.workers} is outside 1..64")
+    reuse = None
+    if args.headroom:
+        try:
+            reuse = json.loads(Path(args.headroom).read_text())
+            if (reuse["site"], reuse["split"]) != (site.name, args.split):
+                return _fail(f"--headroom: {args.headroom} holds {reuse['site']} "
+                             f"{reuse['split']}, not {site.name} {args.split}")
+            reuse.pop("train", None)
+            reuse["per_window"].pop("learned", None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return _fail(f"--headroom: {args.headroom}: {str(e).splitlines()[0]}")
+    raw = train_site(site, args.split, Path(args.out_dir) / f"{site.name}-{args.split}", size,
+                     reuse, args.workers)
+    command = "cloudrl sites " + " ".join(sys.argv[sys.argv.index("train"):]) \
+        if "train" in sys.argv else f"cloudrl sites train --site {site.name}"
+    raw["train"]["command"] = command
+    raw["train"]["headroom"] = args.headroom
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(raw, indent=1))
+        print(f"wrote {args.out}")
+    if args.publish:
+        print(f"published {publish(raw, args.publish, command)}")
+    from cloudrl.sites.headroom import summarise
+
+    s = summarise(raw)
+    tr = raw["train"]
+    print(f"{site.name} {args.split}: selected {tr['selected']} on validation "
+          f"({', '.join(f'{k} {v:.2f}' for k, v in tr['validation_cost'].items())}); "
+          f"{len(raw['windows'])} test windows; wall {tr['wall_s']['total']:.0f} s")
+    for name in ("heuristic", "mpc", "learned"):
+        m = s["means"][name]
+        d = s["diff_vs_heuristic"].get(name, {}).get("cost_pct")
+        ci = f"  {d[0]:+.1f}% [{d[1]:+.1f}, {d[2]:+.1f}] vs heuristic" if d else ""
+        print(f"  {name:10s} ${m['cost_usd']:8.2f} (energy {m['energy_usd']:.2f}, carbon "
               f"{m['carbon_usd']:.2f}, SLA lc {m['sla_lc_usd']:.2f}, SLA batch "
               f"{m['sla_batch_usd']:.2f}){ci}")
     return 0

@@ -52,7 +52,20 @@ def _row(raw: dict[str, Any]) -> dict[str, Any]:
                                "mean_cost": s["with_demand_charge"]},
         "forecast_error_by_lead": fc,
         "size": raw["size"], "wall_s": raw["wall_s"],
+        "learned": _learned(raw, s) if "train" in raw else None,
     }
+
+
+def _learned(raw: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """How the learned row was made (``cloudrl sites train``) and its paired differences."""
+    tr = raw["train"]
+    base = s["means"]["mpc"]["cost_usd"]
+    d = s["diff_vs_mpc"]["learned"]
+    return {"family": tr["family"], "selected": tr["selected"],
+            "validation_cost": tr["validation_cost"], "size": tr["size"],
+            "workers": tr["workers"], "wall_s": tr["wall_s"],
+            "command": tr.get("command"),
+            "diff_vs_mpc_pct_ci95": [100 * x / base for x in d]}
 
 
 def _ci(x: list[float] | None, fmt: str = "{:+.2f}") -> str:
@@ -96,7 +109,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         d = r["diff_vs_heuristic_ci95"]
         out.append(f"- {r['site']} {r['split']}: the MPC is "
                    f"{_verdict(d['mpc']['cost_pct'])}; the fluid oracle is "
-                   f"{_verdict(d['fluid oracle']['cost_pct'])}.")
+                   f"{_verdict(d['fluid oracle']['cost_pct'])}"
+                   + (f"; the learned policy is {_verdict(d['learned']['cost_pct'])}"
+                      if d.get("learned") else "") + ".")
     out += ["", "Which terms differ (95% CI excluding 0; $ per window, controller minus "
             "heuristic), and the difference once the demand charge below is added:", ""]
     names = {"energy_usd": "energy", "carbon_usd": "carbon", "sla_lc_usd": "SLA latency-"
@@ -111,6 +126,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             out.append(f"- {r['site']} {r['split']}, {who}: "
                        f"{', '.join(terms) if terms else 'no term'}; with the demand charge "
                        f"{_ci(dc)} $ ({_verdict(dc)}).")
+    out += _learned_section(rows)
     out += ["", "## Where the difference comes from: cost terms", "",
             "Mean $ per window, and each term's paired difference from the heuristic "
             "($, 95% CI). SLA $ is violations times the class penalty ($1 latency-critical, "
@@ -169,6 +185,44 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _learned_section(rows: list[dict[str, Any]]) -> list[str]:
+    rows = [r for r in rows if r.get("learned")]
+    if not rows:
+        return []
+    out = ["", "## The learned policy (`cloudrl sites train`)", "",
+           "Distilled from the forecast MPC (behaviour cloning + DAgger) and fine-tuned on the "
+           "true cost by evolution strategies, on train-period episodes only; the distilled "
+           "start and its fine-tune compete on validation-period episodes; the chosen one "
+           "plays the same test windows as the rows above. Paired differences per window, "
+           "learned minus each controller.", "",
+           "| site | split | selected (validation $) | learned $ | − heuristic % [95% CI] | "
+           "− MPC % [95% CI] | − MPC $ [95% CI] | SLA lc rate | SLA batch rate |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lr = r["learned"]
+        m = r["cost_terms"]["learned"]
+        val = ", ".join(f"{k} {v:.2f}" for k, v in lr["validation_cost"].items())
+        out.append(f"| {r['site']} | {r['split']} | {lr['selected']} ({val}) | "
+                   f"{r['learned_cost']:.2f} | "
+                   f"{_ci(r['diff_vs_heuristic_ci95']['learned']['cost_pct'], '{:+.1f}')} | "
+                   f"{_ci(lr['diff_vs_mpc_pct_ci95'], '{:+.1f}')} | "
+                   f"{_ci(r['diff_vs_mpc_ci95']['learned'])} | {100 * m['sla_lc']:.3f}% | "
+                   f"{100 * m['sla_batch']:.3f}% |")
+    out += ["", "Size of the training runs (`cloudrl sites train`, one worker, on a machine "
+            "shared with other jobs):", "",
+            "| site | split | expert seeds | DAgger rounds x seeds | ES iterations x pairs "
+            "x 4 seeds | validation episodes | train s | select s | test s |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lr = r["learned"]
+        z, w = lr["size"], lr["wall_s"]
+        out.append(f"| {r['site']} | {r['split']} | {z['expert_seeds']} | "
+                   f"{z['dagger_rounds']} x {z['dagger_seeds']} | {z['es_iterations']} x "
+                   f"{z['es_pairs']} | {z['val_seeds']} | {w['train']:.0f} | "
+                   f"{w['select']:.0f} | {w['test']:.0f} |")
+    return out
+
+
 def _headroom_command(r: dict[str, Any], path: str) -> list[str]:
     sz = r["size"]
     season = f" --per-season {sz['per_season']}" if sz["per_season"] else ""
@@ -190,7 +244,13 @@ def write_report(raws: list[dict[str, Any]], json_out: Path, md_out: Path,
     paths = raw_paths or [f"{r['site']}-{r['split']}.json" for r in raws]
     lines = []
     for r, path in zip(raws, paths, strict=True):
-        lines += _headroom_command(r, path)
+        tr = r.get("train")
+        if tr and tr.get("headroom"):
+            lines += _headroom_command(r, tr["headroom"])
+        else:
+            lines += _headroom_command(r, path)
+        if tr and tr.get("command"):
+            lines.append(tr["command"])
     lines.append(f"cloudrl sites report {' '.join(paths)} --json {json_out} --md {md_out}")
     md_out.write_text(markdown(rows, "\n".join(lines)))
     return rows
