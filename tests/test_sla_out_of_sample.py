@@ -44,7 +44,8 @@ def test_unseen_seeds_bad_count(n) -> None:
 
 def _metrics(cost: float, lc: float, batch: float, jobs: float = 1000.0) -> dict[str, float]:
     return {"cost_usd": cost, "energy_usd": 0.8 * cost, "carbon_usd": 0.1 * cost,
-            "sla_usd": 0.1 * cost, "violations_lc": lc, "violations_batch": batch,
+            "sla_usd": 0.1 * cost, "sla_lc_usd": lc, "sla_batch_usd": 2 * batch,
+            "violations_lc": lc, "violations_batch": batch,
             "sla_lc": lc / jobs, "sla_batch": batch / jobs, "jobs_lc": jobs,
             "jobs_batch": jobs}
 
@@ -64,6 +65,7 @@ def test_compare_pairs_by_seed() -> None:
     assert out["cost_usd"]["diff"] == pytest.approx(-9.5)
     assert out["cost_usd"]["diff_pct"] == pytest.approx(-9.5 / 49.75 * 100)
     assert out["latency_critical"]["violation_rate_pct"]["diff"] == pytest.approx(0.225)
+    assert out["sla_batch_usd"]["diff"] == pytest.approx(-4.0)
 
 
 @settings(max_examples=30, deadline=None)
@@ -239,3 +241,59 @@ def test_committed_out_of_sample_data() -> None:
         lc = r["latency_critical"]["violations_per_episode"]
         assert lc["learned"] == pytest.approx(
             np.mean([m["violations_lc"] for m in r["per_seed"]["learned"]]))
+
+
+def test_headline_row_remeasures_the_claim() -> None:
+    """On the tiny scenario and 2 test seeds: the claim's fields are the new run's, the
+    other runs stay, the goals follow the intervals."""
+    row = {"scenario": "tiny", "policy": "old", "n_test_seeds": 2,
+           "heuristic_params": {}, "mpc_params": {}, "command": "cloudrl headline ...",
+           "runs": [{"policy": "old", "learned_cost": 1.0}, {"policy": "other"}]}
+    out = fix.headline_row(row, str(SLL), "new", workers=1)
+    assert out["policy"] == "new" and out["command"] == row["command"]
+    assert [r["policy"] for r in out["runs"]] == ["old", "other", "new"]
+    new = out["runs"][-1]
+    assert out["learned_cost"] == new["learned_cost"] == out["learned_cost_on_yardstick_seeds"]
+    assert out["goals"]["beats_heuristic"] == (new["diff_vs_heuristic_ci95"][1] < 0)
+    lo, hi = out["diff_vs_heuristic_ci95"]
+    assert lo <= new["diff_vs_heuristic_pct"] <= hi
+    assert out["lc_fix"]["replaces"] == "old"
+    assert set(out["sla_by_class"]) == {"heuristic", "mpc", "learned"}
+    assert out["heuristic_cost"] > 0 and out["oracle_cost"] > 0
+
+
+def test_repick_applies_another_rule_without_replaying(tmp_path) -> None:
+    dirs = {}
+    for name in ("cheap", "safe"):
+        d = dirs[name] = tmp_path / name
+        d.mkdir()
+        for f in fix.FILES:
+            (d / f).write_text(name)
+    rows = [dict(_row("cheap", 40.0, 1.4, upper=0.4), checkpoint=str(dirs["cheap"])),
+            dict(_row("safe", 41.0, 0.9, upper=-0.1), checkpoint=str(dirs["safe"]))]
+    sel = {"rule": "mean", "chosen": "cheap", "candidates": rows}
+    out = fix.repick(sel, "upper", tmp_path / "o")
+    assert out["chosen"] == "safe" and out["rule"] == "upper"
+    assert out["chosen_by_rule"] == {"mean": "cheap", "upper": "safe"}
+    assert (tmp_path / "o" / "chosen" / "policy.pt").read_text() == "safe"
+    assert out["candidates"] == rows
+
+
+def test_published_low_load_records_its_constrained_selection() -> None:
+    """The re-published scarcity_low_load policy: chosen on validation seeds only by the
+    rule its manifest names, from the candidates it lists; the replaced manifest kept."""
+    import hashlib
+
+    from cloudrl.algorithms.distill.policy import load_controller
+
+    man = json.loads((SLL / "manifest.json").read_text())
+    sel = man["selection"]
+    assert sel["validation_seeds"]["first"] == 500_000 and sel["validation_seeds"]["n"] == 50
+    assert fix.constrained_pick(sel["candidates"], sel["rule"])["name"] == sel["chosen"]
+    chosen = next(r for r in sel["candidates"] if r["name"] == sel["chosen"])
+    assert chosen["lc_ci95"][1] <= 0.0 and chosen["lc"] <= chosen["lc_heuristic"]
+    assert man["objective"]["lc_weight"] > 0 and man["seeds"]["test"] == []
+    assert man["parent"]["command"].startswith("cloudrl scenarios es")
+    digest = hashlib.sha256((SLL / "policy.pt").read_bytes()).hexdigest()
+    assert man["init_digest"] != digest  # fine-tuned from the replaced weights
+    assert load_controller(SLL).ready_margins == (0.0, 0.25, 0.5, 1.0)

@@ -86,7 +86,7 @@ def compare(learned: list[dict[str, float]], heuristic: list[dict[str, float]]
     c = out["cost_usd"]
     out["cost_usd"]["diff_pct"] = 100.0 * c["diff"] / c["heuristic"]
     out["cost_usd"]["ci95_pct"] = [100.0 * x / c["heuristic"] for x in c["ci95"]]
-    for term in ("energy_usd", "carbon_usd", "sla_usd"):
+    for term in ("energy_usd", "carbon_usd", "sla_usd", "sla_lc_usd", "sla_batch_usd"):
         out[term] = paired([m[term] for m in learned], [m[term] for m in heuristic])
     for cls, key in CLASSES:
         per_ep = paired([m[f"violations_{key}"] for m in learned],
@@ -110,8 +110,11 @@ def measure(scenario: str, checkpoint: str, seeds: list[int], workers: int
     specs = [ControllerSpec("learned", {"checkpoint": checkpoint}),
              ControllerSpec("signal_aware", ref["signal_aware"], label="heuristic")]
     t0 = time.perf_counter()
-    learned, heuristic = run_controllers(load_scenario(scenario), specs, seeds, workers,
-                                         desc=scenario)
+    cfg = load_scenario(scenario)
+    learned, heuristic = run_controllers(cfg, specs, seeds, workers, desc=scenario)
+    for m in learned + heuristic:  # the SLA $ of each class
+        m["sla_lc_usd"] = m["violations_lc"] * cfg.cost.sla_usd[0]
+        m["sla_batch_usd"] = m["violations_batch"] * cfg.cost.sla_usd[1]
     row = {"scenario": scenario, "checkpoint": checkpoint,
            "heuristic_params": ref["signal_aware"], **compare(learned, heuristic),
            "per_seed": {"learned": [_slim(m) for m in learned],
@@ -121,7 +124,8 @@ def measure(scenario: str, checkpoint: str, seeds: list[int], workers: int
 
 
 def _slim(m: dict[str, float]) -> dict[str, float]:
-    keys = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "violations_lc",
+    keys = ("cost_usd", "energy_usd", "carbon_usd", "sla_usd", "sla_lc_usd",
+            "sla_batch_usd", "violations_lc",
             "violations_batch", "sla_lc", "sla_batch")
     return {k: float(m[k]) for k in keys}
 
