@@ -297,3 +297,38 @@ def test_published_low_load_records_its_constrained_selection() -> None:
     digest = hashlib.sha256((SLL / "policy.pt").read_bytes()).hexdigest()
     assert man["init_digest"] != digest  # fine-tuned from the replaced weights
     assert load_controller(SLL).ready_margins == (0.0, 0.25, 0.5, 1.0)
+
+
+def _oos_file(rows: list[tuple[str, float]], n: int = 50) -> dict:
+    return {"command": "full run", "wall_s": 400.0,
+            "seeds": {"set": "unseen", "first": 2_000_000, "last": 2_000_000 + n - 1, "n": n},
+            "scenarios": [{"scenario": s, "cost": c, "wall_s": 9.0} for s, c in rows]}
+
+
+def test_merge_replaces_only_the_measured_rows() -> None:
+    old = _oos_file([("scarcity_spikes", 70.0), ("cold_standby", 77.0),
+                     ("demand_response", 80.0)])
+    new = dict(_oos_file([("cold_standby", 74.5), ("scarcity_low_load", 48.0)]),
+               command="one scenario", wall_s=120.0)
+    out = oos.merge_rows(old, new)
+    assert [(r["scenario"], r["cost"]) for r in out["scenarios"]] == [
+        ("scarcity_spikes", 70.0), ("cold_standby", 74.5), ("demand_response", 80.0),
+        ("scarcity_low_load", 48.0)]
+    assert out["command"] == "full run" and out["wall_s"] == 400.0
+    assert out["scenarios"][1]["command"] == "one scenario"
+    assert out["scenarios"][1]["merged_wall_s"] == 120.0
+    assert "command" not in out["scenarios"][0]
+    with pytest.raises(ValueError, match="seeds"):
+        oos.merge_rows(old, _oos_file([("cold_standby", 1.0)], n=10))
+
+
+def test_merge_bad_input(tmp_path, capsys) -> None:
+    assert oos.main(["--merge", "--json", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--merge" in err
+    f = tmp_path / "ten.json"
+    f.write_text(json.dumps(_oos_file([("cold_standby", 1.0)], n=10)))
+    assert oos.main(["--merge", "--json", str(f), "--scenario", "cold_standby"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seeds" in err
+    assert json.loads(f.read_text())["seeds"]["n"] == 10  # the file is left as it was

@@ -17,9 +17,11 @@ beside four other engineers' jobs)::
 
 ``--checkpoint scenario=DIR`` plays another checkpoint for a scenario (a candidate fix),
 ``--scenario`` picks scenarios, ``--seeds validation|test|unseen`` another seed set (to
-confirm a fix on the yardstick's 10 test seeds: ``--seeds test --n-seeds 10``). Bad input
-(an unknown scenario, a missing checkpoint, a bad ``--checkpoint`` pair) is one line on
-stderr and exit code 2.
+confirm a fix on the yardstick's 10 test seeds: ``--seeds test --n-seeds 10``);
+``--merge`` with ``--json`` rewrites only the measured scenarios' rows of an existing file
+of the same seeds (each such row records its own command). Bad input (an unknown scenario,
+a missing checkpoint, a bad ``--checkpoint`` pair, ``--merge`` on a missing file or other
+seeds) is one line on stderr and exit code 2.
 
 Measured: ``docs/results/data/sla_out_of_sample.json`` (the numbers, the command, the wall
 time) and ``docs/results/headline.md#sla-out-of-sample`` (what they say): only
@@ -156,7 +158,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-seeds", type=int, default=N_SEEDS, help="how many (1..50; default 50)")
     p.add_argument("--workers", type=int, default=1, help="Ray workers (default 1)")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--merge", action="store_true",
+                   help="with --json: replace only the measured scenarios' rows of the file")
     return p.parse_args(argv)
+
+
+def merge_rows(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` (a ``--json`` file) with the rows of ``new``'s scenarios replaced by
+    ``new``'s, in ``old``'s order (a scenario ``old`` lacks goes last); each replaced row
+    records ``new``'s command and wall time. The seed sets must be the same: a ValueError
+    otherwise. ``old``'s command and wall time stay those of its full run."""
+    if old.get("seeds") != new["seeds"]:
+        raise ValueError(f"--merge: the file's seeds {old.get('seeds')} differ from "
+                         f"this run's {new['seeds']}")
+    fresh = {r["scenario"]: dict(r, command=new["command"], merged_wall_s=new["wall_s"])
+             for r in new["scenarios"]}
+    rows = [fresh.pop(r["scenario"], r) for r in old["scenarios"]] + list(fresh.values())
+    return {**old, "scenarios": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         seeds = list(seed_set(args.seeds, args.n_seeds))
         if args.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        old = None
+        if args.merge:
+            if args.json is None or not args.json.is_file():
+                raise ValueError(f"--merge: needs --json naming an existing file, got "
+                                 f"{args.json}")
+            old = json.loads(args.json.read_text())
+            if old.get("seeds") != {"set": args.seeds, "first": seeds[0], "last": seeds[-1],
+                                    "n": len(seeds)}:
+                raise ValueError(f"--merge: {args.json} holds seeds {old.get('seeds')}, "
+                                 f"not the {len(seeds)} {args.seeds} seeds asked for")
         scenarios = args.scenario or list(SCENARIOS)
         for name in scenarios:
             path = ckpts.get(name, f"checkpoints/{name}")
@@ -197,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
            "machine": "2 cores shared with 4 other engineers' jobs",
            "scenarios": rows}
     if args.json:
+        if old is not None:
+            out = merge_rows(old, out)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1) + "\n")
         print(f"wrote {args.json}")
