@@ -258,6 +258,7 @@ def headline_fields(out: dict[str, Any]) -> dict[str, Any]:
     sim = by.get("sim-MPC", {})
     return {
         "yardstick_seeds": out["seeds"], "yardstick_command": out.get("command"),
+        "yardstick_added_by": out.get("commands", []),  # the --measure runs after it
         "lower_bound_cost": cost("lower bound"), "hindsight_cost": cost("hindsight oracle"),
         "sim_mpc_cost": cost("sim-MPC"), "sim_mpc_replan_s": sim.get("replan_s"),
         "learned_cost_on_yardstick_seeds": cost("learned"),
