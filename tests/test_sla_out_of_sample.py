@@ -332,3 +332,24 @@ def test_merge_bad_input(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "seeds" in err
     assert json.loads(f.read_text())["seeds"]["n"] == 10  # the file is left as it was
+
+
+def test_grids_a_checkpoint_cannot_take_are_left_out(tmp_path, capsys) -> None:
+    """A finer grid reaching below 0 (cold_standby's): the floors, below its second level,
+    are left out with a line each; every offset is written."""
+    import argparse
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(SLL, src, ignore=shutil.ignore_patterns("start"))
+    spec = json.loads((src / "policy.json").read_text())
+    spec["ready_margins"] = [-0.4, -0.2, 0.0, 0.3, 0.6, 1.1]
+    (src / "policy.json").write_text(json.dumps(spec))
+    args = argparse.Namespace(grids=True, out=str(tmp_path / "out"), candidate=["x=dir"])
+    paths = fix._candidates(args, src)
+    offsets = [f"offset_{v:g}" for k, v in fix.GRIDS if k == "offset"]
+    assert list(paths) == ["published", *offsets, "x"]
+    lifted = json.loads((Path(paths["offset_0.3"]) / "policy.json").read_text())
+    assert lifted["ready_margins"] == pytest.approx([-0.1, 0.1, 0.3, 0.6, 0.9, 1.4])
+    out = capsys.readouterr().out
+    assert out.count("left out") == 2 and "floor_0.1" in out

@@ -7,7 +7,8 @@ its heuristic (``sla_out_of_sample.py``). Two kinds of candidate:
 
 * ``grids``: the same weights on lifted ready margins (``policy.json``'s
   ``ready_margins``, which every loader, the service included, reads): ``offset d`` adds
-  ``d`` to each of (0, 0.25, 0.5, 1.0); ``floor f`` raises the lowest to ``f``.
+  ``d`` to each of (0, 0.25, 0.5, 1.0); ``floor f`` raises the lowest to ``f`` (left
+  out, with a line, where ``f`` is not below the grid's second level).
 * ``es``: an evolution-strategies fine-tune on every weight from the published policy on
   a Lagrangian objective, the episode's cost plus ``--lc-weight`` $ per LC violation
   (:class:`LCPenalty`; the ES keeps its iterate by that objective on 10 validation seeds).
@@ -166,8 +167,12 @@ def _candidates(args: argparse.Namespace, src: Path) -> dict[str, str]:
         base = ready_margins_of(json.loads((src / "policy.json").read_text()))
         for kind, value in GRIDS:
             name = f"{kind}_{value:g}"
-            paths[name] = str(write_variant(src, Path(args.out) / name,
-                                            lifted_margins(base, kind, value),
+            try:
+                margins = lifted_margins(base, kind, value)
+            except ValueError as e:  # a floor below the grid's second level: no such grid
+                print(f"{name}: left out ({e})", flush=True)
+                continue
+            paths[name] = str(write_variant(src, Path(args.out) / name, margins,
                                             {"kind": kind, "value": value, "from": str(src)}))
     for item in args.candidate:
         name, _, path = item.partition("=")
