@@ -257,17 +257,20 @@ def _item(item: tuple) -> dict[str, float]:
 
 def sweep(site: Site, split: str, designs: list[Design], n_windows: int, tune_points: int,
           tune_seeds: int, workers: int, carbon_model: str = "seasonal_naive",
-          with_bound: bool = True, on_design=None) -> dict[str, Any]:
+          with_bound: bool = True, on_design=None, windows: list[Window] | None = None
+          ) -> dict[str, Any]:
     """Tune and test every design (module docstring); raw results. ``on_design(raw)`` is
-    called after each design with the results so far."""
+    called after each design with the results so far; ``windows`` (an earlier run's) replace
+    the stratified pick."""
     from cloudrl.parallel import WorkerPool
     from cloudrl.protocol import validation_seeds
 
     t0 = time.perf_counter()
     cfgs = {d.name: scenario(site, split, "test", d, None, carbon_model) for d in designs}
     probe = max(cfgs.values(), key=lambda c: c.signal_ticks * c.tick_seconds)
-    windows = pick_windows(site, split, n_windows, probe.signal_ticks * probe.tick_seconds,
-                           probe.days)
+    if windows is None:
+        windows = pick_windows(site, split, n_windows, probe.signal_ticks * probe.tick_seconds,
+                               probe.days)
     if not windows:
         raise DesignError(f"site {site.name!r} split {split!r}: no test window fits")
     seeds = list(validation_seeds(tune_seeds))

@@ -47,7 +47,7 @@ def add_parser(acts: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cloudrl.sites.designs import DesignError, parse_designs, scenario, sweep
+    from cloudrl.sites.designs import DESIGNS, DesignError, parse_designs, scenario, sweep
     from cloudrl.sites.designs_page import add_summaries, load, write
     from cloudrl.sites.registry import get_site
 
@@ -82,18 +82,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {md_out} from {json_out}")
         return 0
     try:
-        others = {k: v for k, v in load(json_out).items() if k != site.name} \
-            if args.merge else {}
+        before = load(json_out) if args.merge else {}
     except (OSError, ValueError) as e:
         return _fail(f"--merge: {str(e).splitlines()[0]}")
-    command = _command(args)
+    others = {k: v for k, v in before.items() if k != site.name}
+    # the same site run with the same settings: keep its other designs and its windows
+    prev = before.get(site.name)
+    same = prev is not None and prev["split"] == args.split and \
+        prev["carbon_model"] == args.carbon_model and prev["size"] == {
+            "windows": prev["size"]["windows"], "tune_points": args.tune_points,
+            "tune_seeds": args.tune_seeds, "workers": args.workers} and \
+        len(prev["windows"]) <= args.windows
+    keep = {k: v for k, v in prev["designs"].items() if k not in {d.name for d in designs}} \
+        if same else {}
+    commands = [*prev.get("commands", [prev.get("command")]), _command(args)] if same \
+        else [_command(args)]
 
     def save(raw: dict) -> None:
-        raw["command"] = command
+        raw["commands"] = commands
+        done = {**keep, **raw["designs"]}
+        order = list(DESIGNS)
+        raw["designs"] = {k: done[k] for k in sorted(done, key=order.index)}
         write({**others, site.name: add_summaries(raw)}, json_out, md_out)
 
+    from cloudrl.sites.splits import Window
+
     raw = sweep(site, args.split, designs, args.windows, args.tune_points, args.tune_seeds,
-                args.workers, args.carbon_model, not args.no_bound, on_design=save)
+                args.workers, args.carbon_model, not args.no_bound, on_design=save,
+                windows=[Window(**w) for w in prev["windows"]] if same else None)
     save(raw)
     for name, d in raw["designs"].items():
         pct = d["result"]["vs_rule_pct"]

@@ -140,7 +140,7 @@ def markdown(sites: dict[str, Any]) -> str:
     lines = ["# Real sites: which design would make planning pay", "",
              "Produced by (each run's wall time is in the knob table; the machine was shared "
              "with other engineers' jobs, so wall times are upper bounds):", "", "```bash"]
-    lines += [s["command"] for s in sites.values()]
+    lines += [c for s in sites.values() for c in s.get("commands", [s.get("command")])]
     lines += ["```", "",
               "Each design overrides the site's scenario (the `scarcity_spikes` fleet and "
               "workload on the site's real 2023 prices and carbon; the overrides are "
