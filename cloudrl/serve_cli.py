@@ -32,6 +32,8 @@ def service_config(args: argparse.Namespace) -> Any:
     scenario = {k: v for k, v in (("name", args.scenario), ("policy", scenario_policy),
                                   ("n_servers", args.n_servers if args.scenario else None))
                 if v is not None}
+    if args.site is not None:
+        scenario.update(_site_serving(args))
     if scenario:
         overrides["scenario"] = scenario
     return load_config(ServiceConfig, args.config, overrides)
@@ -64,10 +66,29 @@ def _scenario_policy(args: argparse.Namespace) -> str | None:
             raise ConfigError("--scenario-policy learned needs --checkpoint DIR (a checkpoint "
                               "of 'cloudrl scenarios distill', e.g. checkpoints/scarcity_spikes)")
         return f"learned:{args.checkpoint}"
-    if policy is None and args.scenario and args.checkpoint and \
+    if policy is None and (args.scenario or args.site) and args.checkpoint and \
             is_scenario_checkpoint(args.checkpoint):
         return f"learned:{args.checkpoint}"
     return policy
+
+
+def _site_serving(args: argparse.Namespace) -> dict[str, Any]:
+    """``--site NAME``: the scenario service on that site's scenario (its fleet, workload
+    and market); a bad name or split is one ConfigError line."""
+    from cloudrl.sites.registry import get_site
+
+    if args.scenario:
+        raise ConfigError("--site: serves the site's own scenario; give --site or --scenario")
+    if args.n_servers is not None:
+        raise ConfigError("--n-servers: a site serves its own fleet (not with --site)")
+    try:
+        site = get_site(args.site)
+    except ValueError as e:
+        raise ConfigError(f"--site: {_one_line(str(e))}") from None
+    if args.site_split not in site.splits:
+        raise ConfigError(f"--site-split: {args.site_split!r} is not a split of {site.name} "
+                          f"({', '.join(site.splits)})")
+    return {"name": site.workload, "site": site.name, "split": args.site_split}
 
 
 def check_policies(cfg: Any) -> None:
@@ -138,7 +159,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"cloudrl decision service on http://{args.host}:{args.port}/v1/decide "
           f"(policy {cfg.policy}); Ctrl-C stops it", flush=True)
     if cfg.scenario is not None:
-        print(f"scenario {cfg.scenario.name} ({cfg.scenario.policy}) on "
+        what = f"site {cfg.scenario.site}" if cfg.scenario.site else \
+            f"scenario {cfg.scenario.name}"
+        print(f"{what} ({cfg.scenario.policy}) on "
               f"http://{args.host}:{args.port}/v1/scenario/decide", flush=True)
     try:
         while True:
@@ -183,6 +206,11 @@ def register(sub: Any) -> None:
     sv.add_argument("--workload", help="workload of a heuristic policy's env")
     sv.add_argument("--scenario", help="also serve this scenario on /v1/scenario/decide "
                                        "(cloudrl scenarios list)")
+    sv.add_argument("--site", help="also serve this real site's scenario on "
+                    "/v1/scenario/decide (cloudrl sites list); --checkpoint: its policy from "
+                    "cloudrl sites train")
+    sv.add_argument("--site-split", default="temporal", help="the site's split (default "
+                    "temporal): the service's state is built on its test part")
     sv.add_argument("--scenario-policy", help="the scenario's controller: signal_aware "
                     "(default), mpc, learned (with --checkpoint DIR), learned:DIR or "
                     "python:MODULE:FACTORY")

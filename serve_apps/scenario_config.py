@@ -13,6 +13,11 @@ Part of :class:`serve_apps.service_config.ServiceConfig` (``scenario:``), or
   ``decide_view(view) -> (release_util, ready_cores)`` (fault drills:
   :mod:`serve_apps.scenario_faults`).
 
+With ``site`` (``cloudrl serve --site NAME``) the scenario is that real site's
+(:func:`cloudrl.sites.scenario.site_scenario` on the test part of ``split``: its fleet,
+workload and market publication time), ``name`` is the site's workload scenario, and a
+learned checkpoint must have been trained on the site (``cloudrl sites train``).
+
 ``params`` are the controller's knobs (``SignalAwareConfig`` or ``MPCConfig`` fields, e.g.
 tuned ones). The signal-aware rule with its defaults is the fallback.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BUILTIN = ("signal_aware", "mpc")
 
@@ -39,6 +44,10 @@ class ScenarioServing(BaseModel):
                                   "size for the scenario (its load scales with it, as "
                                   "'cloudrl scenarios evaluate --n-servers' does); default "
                                   "the scenario's own")
+    site: str | None = Field(default=None, description="a real site (cloudrl sites list): "
+                             "the service builds its state with the site's scenario")
+    split: str = Field(default="temporal", description="the site's split whose test part "
+                       "the service's scenario reads")
     decide_timeout_s: float = Field(default=2.0, gt=0.0, le=600.0, description="a controller "
                                     "slower than this is answered by the fallback")
     max_release_util: float = Field(default=2.0, gt=0.0, le=10.0, description="release_util "
@@ -53,6 +62,16 @@ class ScenarioServing(BaseModel):
             raise ValueError(f"unknown scenario {name!r}; valid: {', '.join(scenario_names())}")
         return name
 
+    @field_validator("site")
+    @classmethod
+    def _known_site(cls, site: str | None) -> str | None:
+        if site is None:
+            return None
+        from cloudrl.sites.registry import get_site
+
+        get_site(site)  # ValueError: unknown site, naming the known ones
+        return site
+
     @field_validator("policy")
     @classmethod
     def _policy_form(cls, policy: str) -> str:
@@ -62,3 +81,17 @@ class ScenarioServing(BaseModel):
             return policy
         raise ValueError(f"policy {policy!r}: expected signal_aware, mpc, learned:PATH or "
                          f"python:MODULE:FACTORY")
+
+    @model_validator(mode="after")
+    def _site_fits(self) -> ScenarioServing:
+        if self.site is None:
+            return self
+        if self.n_servers is not None:
+            raise ValueError("n_servers: a site serves its own fleet (no n_servers with site)")
+        from cloudrl.sites.registry import get_site
+
+        site = get_site(self.site)
+        if self.split not in site.splits:
+            raise ValueError(f"split: {self.split!r} is not a split of site {site.name} "
+                             f"({', '.join(site.splits)})")
+        return self

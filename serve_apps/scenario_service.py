@@ -149,14 +149,26 @@ def _pair(out: Any) -> tuple[float, float]:
     return release, ready
 
 
+def _served_scenario(cfg: ScenarioServing) -> tuple[Any, str]:
+    """The scenario the service builds its state with, and the scenario name a learned
+    checkpoint must have been trained on (a site's: its split's train part)."""
+    if cfg.site is None:
+        return load_scenario(cfg.name, n_servers=cfg.n_servers), cfg.name
+    from cloudrl.sites.registry import get_site
+    from cloudrl.sites.scenario import site_scenario
+
+    site = get_site(cfg.site)
+    return site_scenario(site, cfg.split, "test"), f"{site.name}-{cfg.split}-train"
+
+
 class ScenarioService:
     """One replica's scenario controller with its shield (see the module docstring)."""
 
     def __init__(self, cfg: ScenarioServing) -> None:
         self.cfg = cfg
-        self.scenario = load_scenario(cfg.name, n_servers=cfg.n_servers)
+        self.scenario, trained_on = _served_scenario(cfg)
         self.sim = ScenarioSim(self.scenario)
-        self.controller = load_controller(cfg.policy, cfg.params, cfg.name)
+        self.controller = load_controller(cfg.policy, cfg.params, trained_on)
         self.observed = bool(getattr(self.controller, "needs_observed_view", False))
         self.controller.reset(self.sim)
         from cloudrl.heuristics.signal_aware import SignalAwareDeferral
@@ -228,6 +240,7 @@ class ScenarioService:
         controller_p50, controller_p99 = _percentiles(self.controller_ms)
         return {
             "scenario": sc.name, "description": sc.description, "policy": self.cfg.policy,
+            "site": self.cfg.site, "market": _market(sc) if self.cfg.site else None,
             "fallback": "signal_aware", "horizon_ticks": sim.horizon_ticks,
             "decision_ticks": sc.decision_ticks, "tick_seconds": sc.tick_seconds,
             "episode_ticks": sc.episode_ticks, "fleet_cores": sim.fleet_cores,
@@ -240,6 +253,12 @@ class ScenarioService:
             "requires_hour_of_week": self.observed,
             "example": self._example,
         }
+
+
+def _market(sc: Any) -> dict[str, Any]:
+    """A site's market, as its scenario's signals hold it (publication time, time zone)."""
+    m = sc.signals.market
+    return m.model_dump(mode="json", exclude={"train_path"}) if m is not None else {}
 
 
 def scenario_openapi(schema: dict[str, Any], service: ScenarioService) -> dict[str, Any]:
