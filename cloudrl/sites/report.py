@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from cloudrl.scenarios.runner import paired_ci
 from cloudrl.sites.forecast_eval import evaluate_forecasts
 from cloudrl.sites.headroom import summarise
 from cloudrl.sites.registry import get_site
@@ -61,7 +64,19 @@ def _learned(raw: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     tr = raw["train"]
     base = s["means"]["mpc"]["cost_usd"]
     d = s["diff_vs_mpc"]["learned"]
+    per = raw["per_window"]
+
+    def part(who: str, keys: tuple[str, ...]) -> np.ndarray:
+        return np.array([sum(m[k] for k in keys) for m in per[who]])
+
+    split_terms = {}
+    for ref in ("heuristic", "mpc"):
+        for name, keys in (("energy_and_carbon", ("energy_usd", "carbon_usd")),
+                           ("sla", ("sla_lc_usd", "sla_batch_usd"))):
+            split_terms[f"{name}_vs_{ref}"] = list(paired_ci(part("learned", keys),
+                                                             part(ref, keys)))
     return {"family": tr["family"], "selected": tr["selected"],
+            "by_cost_term_ci95": split_terms,
             "validation_cost": tr["validation_cost"], "size": tr["size"],
             "workers": tr["workers"], "wall_s": tr["wall_s"],
             "command": tr.get("command"),
@@ -86,7 +101,8 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
     out = ["# Real sites: results", "",
            "Produced by:", "", "```bash", command, "```", "",
            "Every number below is printed into this page by that last command from the raw "
-           "results of the `cloudrl sites headroom` runs it names. Costs are dollars per "
+           "results of the `cloudrl sites headroom` and `cloudrl sites train` runs it names. "
+           "Costs are dollars per "
            "2-day test window (arrivals for 2 days, then the drain), means over the windows; "
            "differences are paired by window (the same window, seed and forecasts for "
            "every controller) with 95% t-intervals. Electricity Maps data via "
@@ -208,6 +224,18 @@ def _learned_section(rows: list[dict[str, Any]]) -> list[str]:
                    f"{_ci(lr['diff_vs_mpc_pct_ci95'], '{:+.1f}')} | "
                    f"{_ci(r['diff_vs_mpc_ci95']['learned'])} | {100 * m['sla_lc']:.3f}% | "
                    f"{100 * m['sla_batch']:.3f}% |")
+    out += ["", "Does learning pay? Planning around prices (energy + carbon) apart from "
+            "deadlines (SLA), learned minus each, $ per window [95% CI]:", ""]
+    for r in rows:
+        lr, t = r["learned"], r["learned"]["by_cost_term_ci95"]
+        h = r["diff_vs_heuristic_ci95"]["learned"]["cost_pct"]
+        m = lr["diff_vs_mpc_pct_ci95"]
+        out.append(
+            f"- {r['site']} {r['split']}: against the heuristic {_ci(h, '{:+.1f}')}% "
+            f"({_verdict(h)}): energy + carbon {_ci(t['energy_and_carbon_vs_heuristic'])}, "
+            f"SLA {_ci(t['sla_vs_heuristic'])}; against the MPC {_ci(m, '{:+.1f}')}% "
+            f"({_verdict(m).replace('the heuristic', 'the MPC')}): energy + carbon "
+            f"{_ci(t['energy_and_carbon_vs_mpc'])}, SLA {_ci(t['sla_vs_mpc'])}.")
     out += ["", "Size of the training runs (`cloudrl sites train`, one worker, on a machine "
             "shared with other jobs):", "",
             "| site | split | expert seeds | DAgger rounds x seeds | ES iterations x pairs "
