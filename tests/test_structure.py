@@ -121,7 +121,8 @@ def cloudrl_imports(root: Path, package: str) -> list[str]:
 
 # the entry points that start the decision service: the only modules of cloudrl/ that may
 # import serve_apps/ (the service sits above the library; the library never reaches up)
-SERVICE_ENTRY_POINTS = ("cloudrl/serve_cli.py", "cloudrl/deploy/serve_config.py")
+SERVICE_ENTRY_POINTS = ("cloudrl/serve_cli.py", "cloudrl/deploy/serve_config.py",
+                        "cloudrl/steer/canary.py")  # entry points that start the service
 
 
 # Layers inside cloudrl/, bottom first: (layer, rooms, may its rooms import each other).
