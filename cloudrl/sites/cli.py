@@ -9,7 +9,8 @@
 * ``train --site NAME [--split S] [--headroom RAW.json] [--publish DIR]``: the site's
   learned policy by the scenario headline's pipeline (:mod:`.train`), tested beside the
   headroom run's controllers on the same windows;
-* ``report RAW.json ... --json FILE --md FILE``: the results page from raw results.
+* ``report RAW.json ... --json FILE --md FILE``: the results page from raw results;
+* ``designs`` (:mod:`.designs_cli`) and ``yardstick RAW.json`` (:mod:`.yardstick_cli`).
 
 Bad input is one line on stderr and exit code 2.
 """
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("sites", help="real sites: real prices and carbon, market-true "
                               "forecasts, a temporal split; add your own from two CSVs")
     acts = p.add_subparsers(dest="sites_command", required=True,
-                            metavar="{list,show,add,headroom,train,evaluate,report,designs}")
+                            metavar="{list,show,add,headroom,train,evaluate,report,designs,yardstick}")
     ls = acts.add_parser("list", help="the shipped and added sites")
     ls.set_defaults(func=run_list)
     sh = acts.add_parser("show", help="a site's data span, market and splits")
@@ -105,6 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from cloudrl.sites.designs_cli import add_parser as add_designs
 
     add_designs(acts)  # ``designs``: which site design leaves room for planning
+    from cloudrl.sites.yardstick_cli import add_parser as add_yardstick
+
+    add_yardstick(acts)  # ``yardstick``: the sim-MPC, hindsight oracle and bound
     return p
 
 

@@ -25,7 +25,12 @@ import numpy as np
 
 from cloudrl.mpc.forecast_mpc import ForecastMPC, MPCConfig
 from cloudrl.mpc.sim_mpc.cem import cem
-from cloudrl.mpc.sim_mpc.future import Forecasts, blank_future, sample_future
+from cloudrl.mpc.sim_mpc.future import (
+    Forecasts,
+    blank_future,
+    published_price_ticks,
+    sample_future,
+)
 from cloudrl.mpc.sim_mpc.pool import RolloutPool
 from cloudrl.mpc.sim_mpc.rollout import FINE_READY_MARGINS, FINE_RELEASE_LEVELS, Scoring, snap
 from envs.scenario.control import PlanView, plan_view, release_and_ready
@@ -129,7 +134,8 @@ class SimMPC:
         """The sampled futures of this re-plan (the realised one never among them)."""
         cfg = self.config
         root = blank_future(sim)
-        fc = Forecasts(v.price_fc, v.carbon_fc, v.solar_fc_kw)
+        fc = Forecasts(v.price_fc, v.carbon_fc, v.solar_fc_kw,
+                       published_price_ticks(sim, len(v.price_fc)))
         length = cfg.horizon * sim.cfg.decision_ticks
         return [sample_future(root, fc, length, (cfg.seed, sim.seed, sim.t, k))
                 for k in range(cfg.samples)]

@@ -13,7 +13,10 @@ value after ``t`` set to NaN (a rollout that reads one turns its cost into NaN).
 * price, carbon and solar after ``t`` as the forecast made at ``t`` (what an online
   controller sees, :func:`envs.signals.forecast.forecast`) times ``max(0, 1 + error *
   B(lead))`` with a fresh Brownian path ``B`` in days per signal - the forecast error
-  model's own law, so the samples scatter around the forecast as the truth does.
+  model's own law, so the samples scatter around the forecast as the truth does. On a real
+  site (``signals.market``) the prices whose day-ahead auction has cleared are known: the
+  first ``Forecasts.price_known`` price values are kept exact and the price's Brownian path
+  starts after them (:func:`published_price_ticks`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,19 @@ class Forecasts:
     price: np.ndarray
     carbon: np.ndarray
     solar: np.ndarray
+    price_known: int = 0  # leading price values that are published (exact), not forecast
+
+
+def published_price_ticks(sim: ScenarioSim, horizon: int) -> int:
+    """How many of the ticks ``t+1 .. t+horizon`` have a published day-ahead price at
+    ``sim.t`` (0 without a market: every price ahead is a forecast)."""
+    market = sim.cfg.signals.market
+    if market is None:
+        return 0
+    from envs.signals.market import market_forecaster
+
+    f = market_forecaster(sim.signals, market, sim.horizon_ticks)
+    return int(np.clip(f.price_cutoff_tick(sim.t) - (sim.t + 1), 0, horizon))
 
 
 def forecasts_at(sim: ScenarioSim) -> Forecasts:
@@ -92,6 +108,7 @@ def sample_future(root: ScenarioSim, fc: Forecasts, length: int, seed: tuple[int
     err = cfg.signals.forecast_error
     lead_days = np.arange(1, h + 1) * cfg.tick_seconds / 86400.0
     steps = rng.standard_normal((3, h)) * np.sqrt(np.diff(lead_days, prepend=0.0))
+    steps[0, :fc.price_known] = 0.0  # published prices are exact; the error starts after
     factor = np.maximum(1.0 + err * np.cumsum(steps, axis=1), 0.0)
     arrays = []
     for i, (name, f) in enumerate((("price_usd_per_mwh", fc.price),
