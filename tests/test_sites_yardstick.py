@@ -124,3 +124,24 @@ def test_bad_sizes_are_one_line_and_exit_2(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and needle in r.stderr.strip().splitlines()[0], r.stderr
     assert not out.exists()
+
+
+def test_a_sites_ladder_joins_its_row_and_the_page():
+    from cloudrl.sites.report import _yardstick_section
+    from cloudrl.sites.yardstick import report_fields
+
+    per = {"heuristic": _rows([10.0, 12.0, 11.0, 13.0]),
+           "learned": _rows([9.0, 11.0, 10.5, 12.0]),
+           "sim-MPC": _rows([9.5, 11.5, 10.0, 12.5])}
+    lad = summarise(per, [5.0, 6.0, 5.5, 6.5])
+    lad.update({"n_windows": 4, "n_windows_in_raw": 100, "command": "cloudrl sites yardstick "
+                "r.json --per-season 1 --workers 1 --json y.json"})
+    f = report_fields(lad)
+    assert f["sim_mpc_cost"] == pytest.approx(10.875)
+    assert f["lower_bound_cost"] == pytest.approx(5.75)
+    assert f["diff_vs_sim_mpc_ci95"][0] == pytest.approx(-0.25)
+    assert f["bound_below_every_controller"] is True
+    rows = [{"site": "x", "split": "temporal"}, {"site": "y", "split": "temporal"}]
+    page = "\n".join(_yardstick_section(rows, {"x/temporal": lad}))
+    assert "**x temporal**, 4 of 100 windows" in page and "y temporal" not in page
+    assert "| sim-MPC | 10.88 |" in page and lad["command"] in page

@@ -102,6 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     rep.add_argument("raw", nargs="+", metavar="RAW.json")
     rep.add_argument("--json", required=True, dest="json_out", metavar="FILE")
     rep.add_argument("--md", required=True, dest="md_out", metavar="FILE")
+    rep.add_argument("--yardstick", metavar="FILE", help="the `cloudrl sites yardstick` "
+                     "JSON: its sim-MPC, hindsight and bound join each site's row")
     rep.set_defaults(func=run_report)
     from cloudrl.sites.designs_cli import add_parser as add_designs
 
@@ -307,6 +309,15 @@ def run_report(args: argparse.Namespace) -> int:
         raws = [json.loads(Path(p).read_text()) for p in args.raw]
     except (OSError, ValueError) as e:
         return _fail(f"report: {str(e).splitlines()[0]}")
-    write_report(raws, Path(args.json_out), Path(args.md_out), list(args.raw))
+    ladders = None
+    if args.yardstick:
+        try:
+            ladders = json.loads(Path(args.yardstick).read_text())
+            if not isinstance(ladders, dict):
+                raise ValueError("not a JSON object of site/split ladders")
+        except (OSError, ValueError) as e:
+            return _fail(f"report: --yardstick {args.yardstick}: {str(e).splitlines()[0]}")
+    write_report(raws, Path(args.json_out), Path(args.md_out), list(args.raw), ladders,
+                 args.yardstick)
     print(f"wrote {args.json_out} and {args.md_out}")
     return 0

@@ -264,9 +264,44 @@ def _headroom_command(r: dict[str, Any], path: str) -> list[str]:
     return out
 
 
+def _yardstick_section(rows: list[dict[str, Any]], ladders: dict[str, Any]) -> list[str]:
+    """The ladder of each site that has one (``cloudrl sites yardstick``)."""
+    from cloudrl.sites.yardstick import format_markdown
+
+    have = [r for r in rows if f"{r['site']}/{r['split']}" in ladders]
+    if not have:
+        return []
+    out = ["", "## The yardstick: sim-MPC, hindsight oracle and lower bound", "",
+           "On a season-stratified subset of the same test windows (same dates and seeds): the "
+           "sim-MPC plans on the simulator itself (sampled arrivals; published prices exact, "
+           "the forecasts beyond), the same search with every price and carbon value known, "
+           "the hindsight oracle (that search on the realised window) and the provable lower "
+           "bound. Commands:", "", "```bash"]
+    out += [ladders[f"{r['site']}/{r['split']}"]["command"] for r in have]
+    out += ["```"]
+    for r in have:
+        lad = ladders[f"{r['site']}/{r['split']}"]
+        sim = {x["name"]: x for x in lad["rows"]}.get("sim-MPC", {})
+        out += ["", f"**{r['site']} {r['split']}**, {lad['n_windows']} of "
+                f"{lad['n_windows_in_raw']} windows; bound below every controller on every "
+                f"window: {'yes' if lad['bound_below_every_controller'] else 'NO'}; sim-MPC "
+                f"{sim.get('replan_s', 0):.2f} s per re-plan:", "", format_markdown(lad)]
+    return out
+
+
 def write_report(raws: list[dict[str, Any]], json_out: Path, md_out: Path,
-                 raw_paths: list[str] | None = None) -> list[dict[str, Any]]:
+                 raw_paths: list[str] | None = None,
+                 yardstick: dict[str, Any] | None = None,
+                 yardstick_path: str | None = None) -> list[dict[str, Any]]:
+    from cloudrl.sites.yardstick import report_fields
+
+    ladders = yardstick or {}
     rows = [_row(r) for r in raws]
+    for row in rows:
+        lad = ladders.get(f"{row['site']}/{row['split']}")
+        row.update(report_fields(lad) if lad else {"sim_mpc_cost": None,
+                                                    "hindsight_cost": None,
+                                                    "lower_bound_cost": None})
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     paths = raw_paths or [f"{r['site']}-{r['split']}.json" for r in raws]
@@ -279,6 +314,12 @@ def write_report(raws: list[dict[str, Any]], json_out: Path, md_out: Path,
             lines += _headroom_command(r, path)
         if tr and tr.get("command"):
             lines.append(tr["command"])
-    lines.append(f"cloudrl sites report {' '.join(paths)} --json {json_out} --md {md_out}")
-    md_out.write_text(markdown(rows, "\n".join(lines)))
+    ys = f" --yardstick {yardstick_path}" if yardstick_path else ""
+    lines.append(f"cloudrl sites report {' '.join(paths)}{ys} --json {json_out} --md {md_out}")
+    md = markdown(rows, "\n".join(lines))
+    extra = _yardstick_section(rows, ladders)
+    if extra:
+        head, sep, tail = md.partition("\n## Where the difference comes from")
+        md = head.rstrip("\n") + "\n" + "\n".join(extra) + "\n" + sep + tail
+    md_out.write_text(md)
     return rows
