@@ -21,7 +21,7 @@ from cloudrl.sites.registry import get_site
 from cloudrl.sites.splits import Window
 
 ROOT = Path(__file__).resolve().parents[1]
-SITES = ("de_lu",)  # caiso: no committed checkpoint yet (its run did not finish)
+SITES = ("de_lu", "caiso")
 TERMS = ("cost_usd", "energy_usd", "carbon_usd", "sla_lc_usd", "sla_batch_usd")
 
 
