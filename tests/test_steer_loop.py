@@ -172,6 +172,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (("--snapshots", "10"), "--snapshots"),
     (("--canary", "zed"), "--canary"),
     (("--es-pairs", "0"), "--es-pairs"),
+    (("--es-lr", "0"), "--es-lr"),
+    (("--es-sigma", "-0.5"), "--es-sigma"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, field):
     from cloudrl.cli import main

@@ -22,8 +22,9 @@ def _cmd_loop(args: argparse.Namespace) -> int:
                                              "val_seeds", "n_test_seeds", "members", "steps",
                                              "seed", "workers", "port", "out", "start",
                                              "pool_learned", "es_iterations", "es_pairs",
-                                             "es_seeds", "drift_threshold", "canary",
-                                             "serve_port", "reference_dir")
+                                             "es_seeds", "es_lr", "es_sigma",
+                                             "drift_threshold", "canary", "serve_port",
+                                             "reference_dir")
               if getattr(args, k) is not None}
         if args.snapshots:
             kw["snapshots"] = tuple(args.snapshots)
@@ -94,6 +95,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     lp.add_argument("--es-iterations", type=int, help="ES iterations of a steering (default 8)")
     lp.add_argument("--es-pairs", type=int, help="antithetic pairs per ES iteration (default 3)")
     lp.add_argument("--es-seeds", type=int, help="train seeds per ES candidate (default 2)")
+    lp.add_argument("--es-lr", type=float, help="ES Adam step size (default 0.01)")
+    lp.add_argument("--es-sigma", type=float, help="ES perturbation scale (default 0.02)")
     lp.add_argument("--snapshots", type=int, nargs="+", metavar="N",
                     help="label counts whose reward models also steer the learned policy "
                          "(nested: e.g. 100 300 of --comparisons 1000)")

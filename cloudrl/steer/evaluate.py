@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from cloudrl.scenarios.runner import paired_ci
+from cloudrl.steer import utilities
 from cloudrl.steer.trace import Trace
 from cloudrl.steer.utilities import utilities_at_end
 
@@ -68,8 +69,10 @@ def hidden_reference(scn: Any, start: str, utility: str, es: Any, cache: Path,
     from cloudrl.steer.finetune import save_steered, steer_policy
 
     name = utility.split(">")[-1].split("@")[0]
-    key = hashlib.sha256(json.dumps([scn.name, weights_digest(start), name, asdict(es)],
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    # the utilities' source is in the key: a changed definition gets a fresh reference
+    source = hashlib.sha256(Path(utilities.__file__).read_bytes()).hexdigest()
+    key = hashlib.sha256(json.dumps([scn.name, weights_digest(start), name, asdict(es),
+                                     source], sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache) / f"{scn.name}-{name}-{key}"
     if (path / "policy.json").is_file():
         log(f"hidden-tuned reference for {name}: reusing {path}")

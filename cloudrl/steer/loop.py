@@ -69,6 +69,8 @@ class LoopConfig:
     es_iterations: int = 8
     es_pairs: int = 3
     es_seeds: int = 2
+    es_lr: float = 0.01
+    es_sigma: float = 0.02
     snapshots: tuple[int, ...] = ()  # label counts whose reward models also steer
     drift_threshold: float = 0.1  # accuracy drop (recent vs older) that retrains, at least
     # 1.64 standard errors of that drop
@@ -107,6 +109,10 @@ class LoopConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, "
                                  f"got {getattr(self, name)}")
+        for name in ("es_lr", "es_sigma"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0, "
+                                 f"got {getattr(self, name)}")
         for n in self.snapshots:
             if not 1 <= n < self.comparisons:
                 raise ValueError(f"--snapshots {n}: must be in [1, --comparisons)")
@@ -122,7 +128,7 @@ class LoopConfig:
 
         return SteerES(iterations=self.es_iterations, pairs=self.es_pairs,
                        seeds_per_candidate=self.es_seeds, n_val_seeds=self.val_seeds,
-                       eval_every=2, run_seed=run_seed)
+                       sigma=self.es_sigma, lr=self.es_lr, eval_every=2, run_seed=run_seed)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
