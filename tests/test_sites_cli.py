@@ -180,3 +180,47 @@ def test_train_refuses_bad_arguments_in_one_line(tmp_path, capsys, monkeypatch):
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
         assert not out.exists()
+
+
+@pytest.mark.slow  # a tiny training run on a real site: minutes here
+def test_train_with_both_teachers_distils_the_headroom_runs_rule_and_selects(tmp_path):
+    """``--teacher both`` distils the MPC and the headroom run's tuned signal-aware rule (its
+    parameters recorded), fine-tunes each, and the validation episodes pick the cheapest of
+    the four checkpoints, which is tested and published with its start."""
+    import json
+
+    raw = json.loads((ROOT / "results" / "sites" / "de_lu-temporal.json").read_text()) \
+        if (ROOT / "results" / "sites" / "de_lu-temporal.json").is_file() else None
+    if raw is None:  # a clean clone has no raw results: a small headroom run first
+        head = tmp_path / "headroom.json"
+        r = _cli("headroom", "--site", "de_lu", "--per-season", "1", "--tune-samples", "1",
+                 "--tune-seeds", "1", "--out", str(head), env={"CLOUDRL_PROGRESS": "0"})
+        assert r.returncode == 0, r.stderr
+    else:
+        head = tmp_path / "headroom.json"
+        head.write_text(json.dumps(raw))
+    out = tmp_path / "raw.json"
+    pub = tmp_path / "published"
+    r = subprocess.run([sys.executable, "-m", "cloudrl", "sites", "train", "--site", "de_lu",
+                        "--teacher", "both", "--tiny", "--headroom", str(head),
+                        "--out-dir", str(tmp_path / "runs"), "--out", str(out),
+                        "--publish", str(pub)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=1800, env={**os.environ, "CLOUDRL_PROGRESS": "0",
+                                          "CLOUDRL_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(out.read_text())
+    sel = json.loads(head.read_text())["selection"]
+    tr = got["train"]
+    assert tr["teacher"] == "both"
+    val = tr["validation_cost"]
+    assert set(val) == {"distill_fine_ready", "distill_fine_ready_es",
+                        "distill_rule_fine_ready", "distill_rule_fine_ready_es"}
+    assert val[tr["selected"]] == min(val.values())
+    assert tr["selected"] in (tr["family"], tr["base"])
+    assert tr["teacher_of_selected"] == ("rule" if "rule" in tr["family"] else "mpc")
+    assert tr["teacher_params"] == sel["tuned"]["signal_aware"]["params"]
+    manifest = json.loads((tmp_path / "runs" / "de_lu-temporal" / "distill_rule_fine_ready"
+                           / "run0" / "manifest.json").read_text())
+    assert manifest["config"]["heuristic_params"] == tr["teacher_params"]
+    assert len(got["per_window"]["learned"]) == len(got["windows"]) >= 4
+    assert (pub / "policy.pt").is_file() and (pub / "site.json").is_file()

@@ -74,6 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     tr.add_argument("--headroom", default=None, metavar="RAW.json", help="a headroom run of "
                     "this site and split: its heuristic, windows and rows are reused (default: "
                     "tune and play them here)")
+    tr.add_argument("--teacher", choices=("mpc", "rule", "both"), default="mpc",
+                    help="what is distilled before the ES fine-tune: the forecast MPC "
+                    "(default), the site's tuned signal-aware rule, or both (validation "
+                    "picks among the four checkpoints)")
     tr.add_argument("--expert-seeds", type=int, default=None)
     tr.add_argument("--dagger-rounds", type=int, default=None)
     tr.add_argument("--es-iterations", type=int, default=None)
@@ -260,7 +264,7 @@ def run_train(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             return _fail(f"--headroom: {args.headroom}: {str(e).splitlines()[0]}")
     raw = train_site(site, args.split, Path(args.out_dir) / f"{site.name}-{args.split}", size,
-                     reuse, args.workers)
+                     reuse, args.workers, teacher=args.teacher)
     command = "cloudrl sites " + " ".join(sys.argv[sys.argv.index("train"):]) \
         if "train" in sys.argv else f"cloudrl sites train --site {site.name}"
     raw["train"]["command"] = command

@@ -11,6 +11,10 @@ composed here on the site's split parts instead of seeds of one synthetic scenar
 2. **Select** on the *validation* file: the distilled start and its ES fine-tune each play
    ``val_seeds`` episodes (seeds draw days inside the validation period); the cheaper is
    the site's learned policy.
+   With ``teacher="rule"`` the teacher is the site's tuned heuristic (the signal-aware rule
+   that the headroom run selected on validation) instead of the MPC: where the MPC is the
+   weaker controller (CAISO 2023), its students start behind the rule. ``teacher="both"``
+   trains both families and lets the validation episodes choose among all four checkpoints.
 3. **Test**: the selected checkpoint plays the split's test windows through
    :func:`cloudrl.sites.headroom.measure`, paired with the heuristic, MPC and oracle rows of
    an earlier headroom run (``headroom_raw``: the same windows, seeds and forecasts).
@@ -36,6 +40,10 @@ from cloudrl.sites.splits import check_no_leak
 
 FAMILY = "distill_fine_ready_es"
 BASE = "distill_fine_ready"
+# ``--teacher rule``: the same pipeline with the site's tuned signal-aware rule as the teacher
+RULE_FAMILY = "distill_rule_fine_ready_es"
+RULE_BASE = "distill_rule_fine_ready"
+TEACHERS = ("mpc", "rule")
 PUBLISHED_FILES = ("manifest.json", "policy.json", "policy.pt")
 
 
@@ -101,9 +109,52 @@ def _subset(raw: dict[str, Any], per_season: int | None) -> dict[str, Any]:
                 per_window={k: [v[i] for i in pos] for k, v in raw["per_window"].items()})
 
 
+def _train_from_rule(scn: Any, cfg: Any, rule: dict[str, Any], run_seed: int, out: Path
+                     ) -> None:
+    """``RULE_FAMILY``'s run into ``out``: the rule at ``rule`` distilled (BC + DAgger, the
+    learned policy's fine ready margins) into ``RULE_BASE``'s directory beside it, then the ES
+    fine-tune on the true cost; each step reused when trained earlier with the same config."""
+    from cloudrl.algorithms.distill.actions import FINE_READY_MARGINS
+    from cloudrl.algorithms.distill.command import train_to_dir as distill_to_dir
+    from cloudrl.algorithms.distill.config import DistillConfig
+    from cloudrl.algorithms.es.command import train_to_dir as es_to_dir
+    from cloudrl.algorithms.es.command import weights_digest
+    from cloudrl.scenarios.headline import _es_command, _es_config, _trained
+
+    start = out.parent.parent / RULE_BASE / out.name
+    dc = DistillConfig(run_seed=run_seed, heuristic_params=dict(rule),
+                       n_expert_seeds=cfg.expert_seeds, dagger_rounds=cfg.dagger_rounds,
+                       dagger_seeds_per_round=cfg.dagger_seeds,
+                       n_val_seeds=min(cfg.distill_val_seeds, cfg.n_val_seeds),
+                       ready_margins=FINE_READY_MARGINS)
+    if not _trained(start, scn, dc.to_dict()):
+        distill_to_dir(scn, dc, start, start.parent / "expert-rule-ready.npz",
+                       command=f"cloudrl sites train --teacher rule ({scn.name})")
+    ec = _es_config(cfg, run_seed)
+    if not _trained(out, scn, ec.to_dict(), init_digest=weights_digest(start)):
+        es_to_dir(scn, start, ec, out, command=_es_command(scn, start, out, ec))
+
+
+def pairs_es(pairs: dict[str, tuple[str, str]]) -> set[str]:
+    """The ES fine-tune families of ``pairs`` (teacher -> (family, its distilled base))."""
+    return {family for family, _ in pairs.values()}
+
+
+def teacher_rule(site: Site, split: str, headroom_raw: dict[str, Any] | None, workers: int,
+                 tune_samples: int, tune_seeds: int) -> dict[str, Any]:
+    """The tuned signal-aware rule's parameters: the headroom run's selection, or tuned here
+    on the train period (:func:`cloudrl.sites.headroom.tune_and_select`)."""
+    from cloudrl.sites.headroom import tune_and_select
+
+    sel = headroom_raw["selection"] if headroom_raw else tune_and_select(
+        site, split, tune_samples, tune_seeds, workers)
+    return dict(sel["tuned"]["signal_aware"]["params"])
+
+
 def train_site(site: Site, split: str, out_dir: str | Path, size: TrainSize = TrainSize(),
                headroom_raw: dict[str, Any] | None = None, workers: int = 1,
-               tune_samples: int = 6, tune_seeds: int = 4, log=print) -> dict[str, Any]:
+               tune_samples: int = 6, tune_seeds: int = 4, log=print,
+               teacher: str = "mpc") -> dict[str, Any]:
     """Train, select and test ``site``'s learned policy; returns the raw result of the test
     (headroom's schema with a ``learned`` row) with a ``train`` entry describing the run."""
     from cloudrl.scenarios.headline import available_families
@@ -115,18 +166,33 @@ def train_site(site: Site, split: str, out_dir: str | Path, size: TrainSize = Tr
     out.mkdir(parents=True, exist_ok=True)
     scns = phase_scenarios(site, split)
     cfg = _headline_config(size, workers)
-    es_dir = out / FAMILY / f"run{size.run_seed}"
-    log(f"[{site.name} {split}] training {FAMILY} on the train period "
-        f"({site.splits[split].train})")
-    available_families()[FAMILY](scns["train"], cfg, {}, size.run_seed, es_dir)
-    start_dir = out / BASE / f"run{size.run_seed}"
+    if teacher not in (*TEACHERS, "both"):
+        raise ValueError(f"teacher: {teacher!r}; valid: {', '.join(TEACHERS)}, both")
+    pairs = {"mpc": (FAMILY, BASE), "rule": (RULE_FAMILY, RULE_BASE)}
+    rule, cands, family_of = None, {}, {}
+    for t in (TEACHERS if teacher == "both" else (teacher,)):
+        family, base = pairs[t]
+        es_dir = out / family / f"run{size.run_seed}"
+        log(f"[{site.name} {split}] training {family} on the train period "
+            f"({site.splits[split].train})")
+        if t == "mpc":
+            available_families()[FAMILY](scns["train"], cfg, {}, size.run_seed, es_dir)
+        else:
+            rule = teacher_rule(site, split, headroom_raw, workers, tune_samples, tune_seeds)
+            _train_from_rule(scns["train"], cfg, rule, size.run_seed, es_dir)
+        cands[base] = str((out / base / f"run{size.run_seed}").resolve())
+        cands[family] = str(es_dir.resolve())
+        family_of[base] = family_of[family] = (family, base)
     t_train = time.perf_counter() - t0
-    cands = {BASE: str(start_dir.resolve()), FAMILY: str(es_dir.resolve())}
     log(f"[{site.name} {split}] selecting on {size.val_seeds} validation-period episodes "
         f"({site.splits[split].validation})")
     val = _validation_costs(scns["validation"], cands, size.val_seeds)
     val_cost = {k: float(np.mean([m["cost_usd"] for m in v])) for k, v in val.items()}
-    chosen = min(val_cost, key=lambda k: (val_cost[k], k != FAMILY))
+    # ties: the fine-tune over its start, the MPC's students (the older family) first
+    order = list(cands)
+    chosen = min(val_cost, key=lambda k: (val_cost[k], k not in pairs_es(pairs),
+                                          order.index(k)))
+    family, base = family_of[chosen]
     t_select = time.perf_counter() - t0 - t_train
     log("  validation cost: " + ", ".join(f"{k} {v:.2f}" for k, v in val_cost.items())
         + f"; selected {chosen}")
@@ -134,7 +200,9 @@ def train_site(site: Site, split: str, out_dir: str | Path, size: TrainSize = Tr
     raw = measure(site, split, size.per_season, tune_samples, tune_seeds, workers,
                   learned=cands[chosen], reuse=reuse)
     t_test = time.perf_counter() - t0 - t_train - t_select
-    raw["train"] = {"family": FAMILY, "selected": chosen, "checkpoint": cands[chosen],
+    raw["train"] = {"family": family, "base": base, "teacher": teacher,
+                    "teacher_of_selected": "mpc" if family == FAMILY else "rule",
+                    "teacher_params": rule, "selected": chosen, "checkpoint": cands[chosen],
                     "validation_cost": val_cost, "size": asdict(size), "workers": workers,
                     "data": {p: s.signals.csv_path for p, s in scns.items()},
                     "wall_s": {"train": t_train, "select": t_select, "test": t_test,
@@ -154,8 +222,8 @@ def publish(raw: dict[str, Any], dest: str | Path, command: str) -> Path:
     dest.mkdir(parents=True)
     for f in PUBLISHED_FILES:
         shutil.copy(src / f, dest / f)
-    if tr["selected"] == FAMILY:
-        start = src.parent.parent / BASE / src.name
+    if tr["selected"] == tr["family"]:
+        start = src.parent.parent / tr.get("base", BASE) / src.name
         (dest / "start").mkdir()
         for f in PUBLISHED_FILES:
             shutil.copy(start / f, dest / "start" / f)
