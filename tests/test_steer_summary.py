@@ -55,6 +55,17 @@ def test_no_gap_to_close_is_na():
     assert "| `lc_window` | learned | 300 | 1 | n/a | 150% |" in markdown(s)
 
 
+def test_median_over_the_runs_with_a_gap_says_how_many():
+    # run 1's reference is worse than the start and the heuristic: no gap on that run
+    reps = [_report(0, {300: 4.5}), _report(1, {300: 4.8}, hidden_u=6.5),
+            _report(2, {300: 4.1})]
+    md = markdown(summarise(reps))
+    # shares 50% and 90% (from the heuristic 75%, 95%): medians of the two runs with a gap
+    assert "| `lc_window` | learned | 300 | 3 | 70% (2 of 3) | 85% (2 of 3) |" in md
+    md = markdown(summarise([_report(1, {300: 4.8}, hidden_u=6.5)]))
+    assert "| `lc_window` | learned | 300 | 1 | n/a | n/a |" in md
+
+
 def test_cli_reads_dirs_and_names_a_bad_path(tmp_path, capsys):
     from cloudrl.cli import main
 

@@ -5,8 +5,9 @@ Per utility (the one the operator holds at the end) and family: each run's steer
 (U on the test seeds, U minus the default-tuned heuristic with its paired 95% interval,
 the share of the gap closed to the same family tuned on the hidden utility, measured from
 the family's cost-tuned point and from the default-tuned heuristic), the median run's
-share and, for the learned family, the shares by label count (the runs' own count and
-any ``--snapshots``). An operator whose utility never moved but whose drift check fired
+share (over the runs whose reference found a gap: ``(k of n)`` when not all did) and,
+for the learned family, the shares by label count (the runs' own count and any
+``--snapshots``). An operator whose utility never moved but whose drift check fired
 (a false alarm) keeps the row steered on the model of all its labels; the retrained row
 is listed with the drifted operators. A share is ``n/a`` where the hidden-tuned point is
 no better (on the test seeds) than the baseline it is measured from: there is no gap to
@@ -24,6 +25,16 @@ import numpy as np
 
 def _share(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def _median(xs: list[float]) -> str:
+    """The median share over the runs that had a gap to close; ``(k of n)`` when some had
+    none, ``n/a`` when none had."""
+    ok = [x for x in xs if np.isfinite(x)]
+    if not ok:
+        return "n/a"
+    return _share(float(np.median(ok))) + (f" ({len(ok)} of {len(xs)})" if len(ok) < len(xs)
+                                            else "")
 
 
 def _ci(v: list[float]) -> str:
@@ -114,8 +125,7 @@ def markdown(summary: dict[str, Any]) -> str:
         for n, rs in sorted(by.items()):
             g = [r["gap_closed"] for r in rs]
             h = [r["gap_closed_vs_heuristic"] for r in rs]
-            lines.append(f"| `{u}` | {f} | {n} | {len(rs)} | {_share(float(np.median(g)))} | "
-                         f"{_share(float(np.median(h)))} |")
+            lines.append(f"| `{u}` | {f} | {n} | {len(rs)} | {_median(g)} | {_median(h)} |")
     if len(drift) > 2:
         lines += ["", "Operators whose utility switched (measured under the one they hold at "
                   "the end; `:stale`: steered on the model of all their labels, before the "
