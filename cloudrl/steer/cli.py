@@ -24,13 +24,14 @@ def _cmd_loop(args: argparse.Namespace) -> int:
                                              "pool_learned", "es_iterations", "es_pairs",
                                              "es_seeds", "es_lr", "es_sigma",
                                              "drift_threshold", "canary", "serve_port",
-                                             "reference_dir")
+                                             "reference_dir", "site", "carbon_model")
               if getattr(args, k) is not None}
         if args.snapshots:
             kw["snapshots"] = tuple(args.snapshots)
         cfg = LoopConfig(scenario=args.scenario, operators=ops, comparisons=args.comparisons,
-                         **kw)
-        load_scenario(args.scenario)
+                         split=args.split, **kw)
+        if cfg.site is None:
+            load_scenario(cfg.scenario)
     except ValueError as e:
         print(f"cloudrl: steer loop: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -65,7 +66,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sub = st.add_subparsers(dest="steer_command", required=True)
     lp = sub.add_parser("loop", help="the whole loop in one command (a fresh store, the app "
                                      "on a free port, scripted operators)")
-    lp.add_argument("--scenario", required=True, help="a scenario of the catalog (tiny, ...)")
+    lp.add_argument("--scenario", help="a scenario of the catalog (tiny, ...); every phase "
+                                       "plays it, on its own seeds")
+    lp.add_argument("--site", help="instead of --scenario: a real site (cloudrl sites list); "
+                                   "pool, reward data and ES candidates play its train part, "
+                                   "selection its validation part, the test its test part")
+    lp.add_argument("--split", default="temporal", help="the site's split (default temporal)")
+    lp.add_argument("--carbon-model", help="the site's carbon forecasts: gbt (default; fit "
+                                           "on the train part) or seasonal_naive")
     lp.add_argument("--operators", nargs="+", required=True, metavar="SPEC",
                     help="NAME:UTILITY[:flip=0.1,temperature=0.05,equal=0.05,skip=0.05]; "
                          "UTILITY: lc_window | hour_carbon | toggle_cap | class_fairness | "

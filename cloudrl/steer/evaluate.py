@@ -60,9 +60,10 @@ def rows_for(utility: str, family: str, test: dict[str, list[Trace]],
 
 
 def hidden_reference(scn: Any, start: str, utility: str, es: Any, cache: Path,
-                     log: Any = print) -> Path:
+                     log: Any = print, val_scn: Any = None) -> Path:
     """The start fine-tuned on the hidden ``utility`` (the one it holds at its end) by the
-    steering search ``es``: a checkpoint under ``cache``, reused when there."""
+    steering search ``es`` (candidates on ``scn``, validations on ``val_scn``, default
+    ``scn``): a checkpoint under ``cache``, reused when there."""
     from dataclasses import asdict
 
     from cloudrl.algorithms.es.command import weights_digest
@@ -71,13 +72,16 @@ def hidden_reference(scn: Any, start: str, utility: str, es: Any, cache: Path,
     name = utility.split(">")[-1].split("@")[0]
     # the utilities' source is in the key: a changed definition gets a fresh reference
     source = hashlib.sha256(Path(utilities.__file__).read_bytes()).hexdigest()
-    key = hashlib.sha256(json.dumps([scn.name, weights_digest(start), name, asdict(es),
-                                     source], sort_keys=True).encode()).hexdigest()[:16]
+    parts = [scn.name, weights_digest(start), name, asdict(es), source]
+    if val_scn is not None:  # a site: both parts' scenarios in full (files, forecasts)
+        parts += [scn.model_dump_json(), val_scn.model_dump_json()]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache) / f"{scn.name}-{name}-{key}"
     if (path / "policy.json").is_file():
         log(f"hidden-tuned reference for {name}: reusing {path}")
         return path
     u = utilities_at_end(utility)
     log(f"hidden-tuned reference for {name}: the start fine-tuned on the hidden utility")
-    res = steer_policy(scn, start, lambda trs: np.array([u(t) for t in trs]), es, log)
+    res = steer_policy(scn, start, lambda trs: np.array([u(t) for t in trs]), es, log,
+                       val_scn)
     return save_steered(res, start, path, scn, es, f"hidden utility {name}")

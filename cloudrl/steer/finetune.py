@@ -8,7 +8,8 @@ perturbations of the start's weights, centred-rank fitness shaping, Adam, common
 numbers (both members of a pair on the same TRAIN seeds); every ``eval_every`` iterations
 the current weights are scored on VALIDATION seeds under the same objective, the start
 competes as iteration 0 and the best is kept, so a fine-tune that does not help keeps the
-start. Episodes run in this process (one core).
+start. Episodes run in this process (one core). With ``val_scn`` (a real site) the
+candidates play the train part's scenario and the validations the validation part's.
 
 The objective is a callable on a list of traces (lower is better); this module never
 imports an operator's utility: the evaluation passes one in for the hidden-tuned
@@ -82,8 +83,10 @@ class Steered:
 
 
 def steer_policy(scn: ScenarioConfig, start: str | Path, objective: TraceObjective,
-                 cfg: SteerES, log: Callable[[str], None] = print) -> Steered:
-    """Fine-tune the checkpoint ``start`` to lower ``objective`` (module docstring)."""
+                 cfg: SteerES, log: Callable[[str], None] = print,
+                 val_scn: ScenarioConfig | None = None) -> Steered:
+    """Fine-tune the checkpoint ``start`` to lower ``objective`` (module docstring); the
+    validations play ``val_scn`` (default: ``scn``)."""
     from cloudrl.algorithms.distill.policy import load_controller
     from cloudrl.algorithms.es.algorithm import centred_ranks, tuned_parameters
     from envs.scenario.sim import ScenarioSim
@@ -95,6 +98,7 @@ def steer_policy(scn: ScenarioConfig, start: str | Path, objective: TraceObjecti
     params = tuned_parameters(ctrl.module, cfg.params)
     theta = torch.nn.utils.parameters_to_vector(params).detach().double().numpy().copy()
     sim = ScenarioSim(scn)
+    vsim = sim if val_scn is None else ScenarioSim(val_scn)
     rng = np.random.default_rng([cfg.run_seed, 0x5E5])
     pool = list(train_seeds(50))
     val = list(validation_seeds(cfg.n_val_seeds))
@@ -103,17 +107,18 @@ def steer_policy(scn: ScenarioConfig, start: str | Path, objective: TraceObjecti
     m, v = np.zeros_like(theta), np.zeros_like(theta)
     episodes = 0
 
-    def play(vec: np.ndarray, seeds: list[int]) -> list[Trace]:
+    def play(vec: np.ndarray, seeds: list[int], on: ScenarioSim = sim) -> list[Trace]:
         nonlocal episodes
         with torch.no_grad():
             torch.nn.utils.vector_to_parameters(torch.from_numpy(vec).float(), params)
         episodes += len(seeds)
-        return [record(sim, ctrl, s) for s in seeds]
+        return [record(on, ctrl, s) for s in seeds]
 
     def validate(k: int) -> None:
-        val_loss = float(np.mean(objective(play(theta, val))))
+        val_loss = float(np.mean(objective(play(theta, val, vsim))))
         kept.append((val_loss, k, theta.copy()))
-        history.append({"iteration": k, "val": val_loss, "wall_s": time.perf_counter() - t0})
+        history.append({"iteration": k, "val": val_loss, "val_seeds": val,
+                        "val_scenario": vsim.cfg.name, "wall_s": time.perf_counter() - t0})
         log(f"  es iteration {k}: validation objective {val_loss:.4f} on {len(val)} seeds")
 
     try:
@@ -132,7 +137,7 @@ def steer_policy(scn: ScenarioConfig, start: str | Path, objective: TraceObjecti
             v = 0.999 * v + 0.001 * grad * grad
             theta = theta - cfg.lr * (m / (1 - 0.9 ** it)) / (
                 np.sqrt(v / (1 - 0.999 ** it)) + 1e-8)
-            history.append({"iteration": it, "seeds": seeds,
+            history.append({"iteration": it, "seeds": seeds, "scenario": sim.cfg.name,
                             "population_mean": float(fit.mean())})
             if it % cfg.eval_every == 0 or it == cfg.iterations:
                 validate(it)

@@ -17,6 +17,12 @@
    mean learned reward; the default-tuned point (lowest mean cost) beside it.
 5. Evaluation (TEST seeds, :mod:`.evaluate`): only now is a hidden utility loaded, to
    measure; ``learner_saw_utilities`` records that nothing before it had loaded one.
+
+``--scenario`` plays one catalog scenario in every phase (the phases differ by their seeds);
+``--site`` plays the site's split parts (:func:`phase_scenarios`): the pool, the reward
+models' data and every ES candidate (steering and the hidden-tuned reference) read the train
+part; whatever selects (the search points, the ES iteration kept) the validation part; the
+reported test the test part. ``report["phases"]`` lists the part and seeds each phase played.
 """
 
 from __future__ import annotations
@@ -44,9 +50,16 @@ UTILITIES_MODULE = "cloudrl.steer.utilities"
 FAMILIES = ("signal_aware", "mpc")
 
 
+PARTS = ("train", "validation", "test")
+CARBON_MODELS = ("gbt", "seasonal_naive")
+
+
 @dataclass
 class LoopConfig:
-    scenario: str = "tiny"
+    scenario: str | None = None  # a catalog scenario (default tiny), or:
+    site: str | None = None  # a real site (``cloudrl sites list``) on its split's parts
+    split: str = "temporal"
+    carbon_model: str = "gbt"  # the site's carbon forecasts (gbt: fit on the train part)
     operators: tuple[OperatorSpec, ...] = field(default_factory=lambda: (
         OperatorSpec("alice", "hour_carbon"), OperatorSpec("bob", "lc_window")))
     comparisons: int = 300  # labels per operator (skips count)
@@ -79,6 +92,12 @@ class LoopConfig:
     reference_dir: str | None = None  # cache of the hidden-tuned references
 
     def __post_init__(self) -> None:
+        if self.scenario is not None and self.site is not None:
+            raise ValueError("--scenario and --site: give exactly one")
+        if self.site is None:
+            self.scenario = self.scenario or "tiny"
+        else:
+            self._check_site()
         if not 1 <= self.comparisons <= 1000:
             raise ValueError(f"--comparisons {self.comparisons}: must be in [1, 1000] "
                              "(labels per operator)")
@@ -122,6 +141,31 @@ class LoopConfig:
             if self.canary not in names:
                 raise ValueError(f"--canary {self.canary}: not an operator "
                                  f"({', '.join(names)})")
+            if self.site is not None:
+                raise ValueError("--canary: only with --scenario (the decision service "
+                                 "serves catalog scenarios)")
+
+    def _check_site(self) -> None:
+        from cloudrl.sites.registry import get_site
+
+        site = get_site(self.site)  # UnknownSiteError (a ValueError) names the known ones
+        if self.split not in site.splits:
+            raise ValueError(f"--split {self.split}: not a split of site {self.site} "
+                             f"({', '.join(site.splits)})")
+        if self.carbon_model not in CARBON_MODELS:
+            raise ValueError(f"--carbon-model {self.carbon_model}: valid: "
+                             f"{', '.join(CARBON_MODELS)}")
+        if self.start is not None and (Path(self.start) / "policy.json").is_file():
+            trained = json.loads((Path(self.start) / "policy.json").read_text()).get("scenario")
+            want = f"{self.site}-{self.split}-train"
+            if trained != want:
+                raise ValueError(f"--start {self.start}: trained on {trained!r}, not on "
+                                 f"{want!r} (the site's train part)")
+
+    @property
+    def label(self) -> str:
+        """The scenario, or ``site/split``."""
+        return self.scenario if self.site is None else f"{self.site}/{self.split}"
 
     def es(self, run_seed: int) -> Any:
         from cloudrl.steer.finetune import SteerES
@@ -129,6 +173,48 @@ class LoopConfig:
         return SteerES(iterations=self.es_iterations, pairs=self.es_pairs,
                        seeds_per_candidate=self.es_seeds, n_val_seeds=self.val_seeds,
                        sigma=self.es_sigma, lr=self.es_lr, eval_every=2, run_seed=run_seed)
+
+
+def phase_scenarios(cfg: LoopConfig) -> dict[str, Any]:
+    """The scenario each part of the protocol plays (``train``, ``validation``, ``test``):
+    the catalog scenario for all three, or the site's split parts (module docstring)."""
+    if cfg.site is None:
+        from envs.scenario.catalog import load_scenario
+
+        scn = load_scenario(cfg.scenario)
+        return dict.fromkeys(PARTS, scn)
+    from cloudrl.sites.registry import get_site
+    from cloudrl.sites.scenario import site_scenario
+    from cloudrl.sites.splits import check_no_leak
+
+    site = get_site(cfg.site)
+    check_no_leak(site, cfg.split)
+    return {p: site_scenario(site, cfg.split, p, carbon_model=cfg.carbon_model)
+            for p in PARTS}
+
+
+def _phase(name: str, part: str, scn: Any, seeds: Any, played: Any = None
+           ) -> dict[str, Any]:
+    """One entry of ``report["phases"]``: what a phase played (``played``: the scenario
+    names its episodes recorded, when not ``scn``'s)."""
+    return {"phase": name, "part": part, "scenario": scn.name,
+            "played": sorted(set(played)) if played is not None else [scn.name],
+            "csv_path": getattr(scn.signals, "csv_path", None),
+            "seeds": sorted({int(s) for s in seeds})}
+
+
+def _es_phases(name: str, history: list[dict[str, Any]], scns: dict[str, Any]
+               ) -> list[dict[str, Any]]:
+    """The ES candidates' train seeds and the validations' seeds of a fine-tune, with the
+    scenarios the fine-tune's own history says they played."""
+    cand = [h for h in history if "seeds" in h]
+    val = [h for h in history if "val_seeds" in h]
+    return [_phase(f"{name} candidates", "train", scns["train"],
+                   [s for h in cand for s in h["seeds"]],
+                   [h.get("scenario", "?") for h in cand]),
+            _phase(f"{name} validation", "validation", scns["validation"],
+                   [s for h in val for s in h["val_seeds"]],
+                   [h.get("val_scenario", "?") for h in val])]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -284,10 +370,10 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     from cloudrl.labelling.tokens import add_operator
     from cloudrl.steer.reward import drift_forward, drift_report, learn, operator_labels
     from cloudrl.steer.segments import enqueue_pairs, segment_key, segment_of
-    from envs.scenario.catalog import load_scenario
 
     t0 = time.perf_counter()
-    scn = load_scenario(cfg.scenario)
+    scns = phase_scenarios(cfg)
+    scn = scns["train"]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng([cfg.seed, 0x57EE])
@@ -305,8 +391,9 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
             key = segment_key(scn.name, spec.kind, spec.params, seed)
             traces[key] = tr
             segments[key] = segment_of(key, tr, scn.name, spec.kind, seed)
+    phases = [_phase("pool and reward-model data", "train", scn, pseeds)]
     log(f"pool: {len(traces)} episodes ({len(pspecs)} behaviours x {len(pseeds)} train "
-        f"seeds), {time.perf_counter() - t0:.0f} s")
+        f"seeds of {scn.name}), {time.perf_counter() - t0:.0f} s")
 
     # 2. the store, tokens, the app, candidate pairs
     db = out / "labels.db"
@@ -390,8 +477,9 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
     search = {f: [s for s in _specs(srng, cfg.search_heuristic, cfg.search_mpc)
                   if s.kind == f] for f in FAMILIES}
     vseeds = list(validation_seeds(cfg.val_seeds))
-    vtraces = {f: record_many(scn, search[f], vseeds, cfg.workers) for f in FAMILIES
-               if search[f]}
+    vtraces = {f: record_many(scns["validation"], search[f], vseeds, cfg.workers)
+               for f in FAMILIES if search[f]}
+    phases.append(_phase("search selection", "validation", scns["validation"], vseeds))
     chosen: dict[str, dict[str, int]] = {}
     for f, rows in vtraces.items():
         cost = [np.mean([t.cost_usd() for t in row]) for row in rows]
@@ -399,8 +487,10 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
         for name, model in models.items():
             r = [float(model.score(model.inputs(row)).mean()) for row in rows]
             chosen.setdefault(name, {})[f] = int(np.argmax(r))
-    steered = _steer_learned(cfg, scn, models, snap, stale, out, log) \
+    steered = _steer_learned(cfg, scns, models, snap, stale, out, log) \
         if cfg.start is not None else {}
+    for key, st in steered.items():
+        phases += _es_phases(f"steering {key}", st.pop("history"), scns)
     learner_saw = UTILITIES_MODULE in sys.modules
     log(f"steered (validation, {len(vseeds)} seeds): " + ", ".join(
         f"{name}: " + " ".join(f"{f} #{i}" for f, i in ch.items())
@@ -421,7 +511,7 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
             need[(f, hidden[op.name][f])] = None
     need[("signal_aware", chosen["default"]["signal_aware"])] = None
     order = list(need)
-    ttr = record_many(scn, [search[f][i] for f, i in order], tseeds, cfg.workers)
+    ttr = record_many(scns["test"], [search[f][i] for f, i in order], tseeds, cfg.workers)
     test = dict(zip(order, ttr, strict=True))
     base = test[("signal_aware", chosen["default"]["signal_aware"])]
     table = []
@@ -437,12 +527,13 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
                 r["operator"] = op.name
             table.extend(rows)
     if steered:
-        table.extend(_learned_rows(cfg, scn, steered, tseeds, base, out, log))
+        table.extend(_learned_rows(cfg, scns, steered, tseeds, base, out, log, phases))
+    phases.append(_phase("test", "test", scns["test"], tseeds))
     canary = None
     if cfg.canary is not None:
         from cloudrl.steer.canary import canary_rollout
 
-        canary = canary_rollout(scn.name, steered[cfg.canary], cfg.start, out,
+        canary = canary_rollout(cfg.scenario, steered[cfg.canary], cfg.start, out,
                                 cfg.serve_port, log)
     report = {"config": {**asdict(cfg), "operators": [asdict(o) for o in cfg.operators]},
               "pool_episodes": len(traces), "pairs_enqueued": len(pairs),
@@ -454,14 +545,14 @@ def steer_loop(cfg: LoopConfig, log: Callable[[str], None] = print) -> dict[str,
                                for k, v in hidden.items()},
               "learner_saw_utilities": learner_saw, "rows": table,
               "steered_learned": steered, "snapshot_heldout_acc": snap_info,
-              "canary": canary,
+              "canary": canary, "phases": phases,
               "wall_s": time.perf_counter() - t0}
     report["table"] = format_table(report)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
     return report
 
 
-def _steer_learned(cfg: LoopConfig, scn: Any, models: dict[str, Any],
+def _steer_learned(cfg: LoopConfig, scns: dict[str, Any], models: dict[str, Any],
                    snap: dict[int, dict[str, Any]], stale: dict[str, Any], out: Path,
                    log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """The start fine-tuned by ES on each operator's learned reward (validation seeds,
@@ -482,31 +573,42 @@ def _steer_learned(cfg: LoopConfig, scn: Any, models: dict[str, Any],
 
         log(f"steering the learned policy on {key}'s learned reward (ES, "
             f"{es.episodes()} episodes)")
-        res = steer_policy(scn, cfg.start, objective, es, log)
+        res = steer_policy(scns["train"], cfg.start, objective, es, log,
+                           _val_scn(cfg, scns))
         path = save_steered(res, cfg.start, out / "steered" / key.replace("@", "_at")
-                            .replace(":", "_"), scn, es, f"learned reward of {key}")
+                            .replace(":", "_"), scns["train"], es, f"learned reward of {key}")
         done[key] = {"operator": name, "labels": n or cfg.comparisons,
                      "stale": key.endswith(":stale"), "checkpoint": str(path),
                      "kept_iteration": res.kept_iteration, "val_learned_start": -res.val_start,
                      "val_learned_kept": -res.val_kept, "episodes": res.episodes,
-                     "wall_s": res.wall_s}
+                     "wall_s": res.wall_s, "history": res.history}
     return done
 
 
-def _learned_rows(cfg: LoopConfig, scn: Any, steered: dict[str, dict[str, Any]],
+def _val_scn(cfg: LoopConfig, scns: dict[str, Any]) -> Any:
+    """The ES validations' scenario: a site's validation part (None: the one scenario)."""
+    return scns["validation"] if cfg.site is not None else None
+
+
+def _learned_rows(cfg: LoopConfig, scns: dict[str, Any], steered: dict[str, dict[str, Any]],
                   tseeds: list[int], base: list[Trace], out: Path,
-                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+                  log: Callable[[str], None], phases: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
     """Test-seed rows of the learned family: the start (default), the start fine-tuned on
     the hidden utility (hidden) and each steered checkpoint, under the hidden utility."""
     from cloudrl.steer.evaluate import hidden_reference, rows_for
 
     ops = {o.name: o for o in cfg.operators}
     cache = Path(cfg.reference_dir) if cfg.reference_dir else out / "reference"
-    refs = {o.name: str(hidden_reference(scn, cfg.start, o.utility, cfg.es(0), cache, log))
+    refs = {o.name: str(hidden_reference(scns["train"], cfg.start, o.utility, cfg.es(0), cache,
+                                         log, _val_scn(cfg, scns)))
             for o in cfg.operators}
+    for name, ref in refs.items():
+        hist = json.loads((Path(ref) / "manifest.json").read_text())["history"]
+        phases += _es_phases(f"hidden-tuned reference {name}", hist, scns)
     paths = list(dict.fromkeys([cfg.start, *refs.values(),
                                 *(s["checkpoint"] for s in steered.values())]))
-    trs = record_many(scn, [ControllerSpec("learned", {"checkpoint": p}) for p in paths],
+    trs = record_many(scns["test"], [ControllerSpec("learned", {"checkpoint": p}) for p in paths],
                       tseeds, cfg.workers)
     test = dict(zip(paths, trs, strict=True))
     rows = []
@@ -524,7 +626,8 @@ def _learned_rows(cfg: LoopConfig, scn: Any, steered: dict[str, dict[str, Any]],
 
 def format_table(rep: dict[str, Any]) -> str:
     c = rep["config"]
-    lines = [f"{c['scenario']}: {c['comparisons']} labels per operator over HTTP, "
+    where = c.get("scenario") or f"{c['site']}/{c['split']} (site)"
+    lines = [f"{where}: {c['comparisons']} labels per operator over HTTP, "
              f"{c['n_test_seeds']} test seeds; U = the operator's hidden utility "
              "($/episode, lower is better)",
              f"{'operator':10s} {'utility':24s} {'family':13s} {'policy':8s} {'U':>8s} "
