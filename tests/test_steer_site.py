@@ -39,8 +39,9 @@ def _port() -> int:
     (("--site", "caiso", "--split", "by_moon"), "--split by_moon"),
     (("--site", "caiso", "--scenario", "tiny"), "exactly one"),
     (("--site", "caiso", "--carbon-model", "oracle"), "--carbon-model oracle"),
-    (("--site", "caiso", "--start", "checkpoints/sites/de_lu"), "--start"),
-    (("--site", "caiso", "--start", "checkpoints/sites/caiso", "--canary", "a"), "--canary"),
+    (("--site", "caiso", "--start", str(ROOT / "checkpoints/sites/de_lu")), "--start"),
+    (("--site", "caiso", "--start", str(ROOT / "checkpoints/sites/caiso"), "--canary", "a"),
+     "--canary"),
 ])
 def test_bad_site_input_is_one_line_and_exit_2(tmp_path, capsys, args, field):
     from cloudrl.cli import main
@@ -55,7 +56,13 @@ def test_bad_site_input_is_one_line_and_exit_2(tmp_path, capsys, args, field):
     assert not out.exists()
 
 
-def test_phase_scenarios_are_the_split_parts():
+@pytest.fixture
+def slices(tmp_path, monkeypatch):
+    """The site's part files are cut into a temporary cache."""
+    monkeypatch.setenv("CLOUDRL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_phase_scenarios_are_the_split_parts(slices):
     from cloudrl.steer.loop import LoopConfig, phase_scenarios
 
     site = BUILTIN["caiso"]
@@ -74,7 +81,7 @@ def _starts(cfg, seeds):
 
 
 @pytest.mark.slow
-def test_site_loop_end_to_end_reads_no_test_date_before_the_test(tmp_path):
+def test_site_loop_end_to_end_reads_no_test_date_before_the_test(tmp_path, slices):
     site, split = BUILTIN["de_lu"], "temporal"
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
