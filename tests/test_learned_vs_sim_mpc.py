@@ -66,10 +66,19 @@ def test_more_seeds_join_the_ladder_and_reuse_plays_only_the_learned_policy(ladd
     base = np.mean(got["per_seed"]["heuristic"])
     assert got["goal_met"] == bool(hi <= 0.005 * base)
     again = tmp_path / "again.json"
+    headline = tmp_path / "headline.json"
+    headline.write_text(json.dumps({"scenarios": [{"scenario": "spikes"},
+                                                  {"scenario": "tiny", "policy": "p"}]}))
     res = _run("--scenario", "tiny", "--ladder", str(path), "--checkpoint", str(ck), "--from",
-               "2", "--to", "4", "--reuse", str(first), "--json", str(again))
+               "2", "--to", "4", "--reuse", str(first), "--json", str(again),
+               "--headline-json", str(headline))
     assert res.returncode == 0, res.stderr
     assert json.loads(again.read_text())["per_seed"] == got["per_seed"]
+    rows = json.loads(headline.read_text())["scenarios"]
+    assert rows[0] == {"scenario": "spikes"} and rows[1]["policy"] == "p"
+    more = rows[1]["diff_vs_sim_mpc_more_seeds"]
+    assert more["n_test_seeds"] == 4 and more["ci95"] == pytest.approx([d, lo, hi])
+    assert more["goal_met"] == got["goal_met"] and "--reuse" in more["command"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "heuristic and sim-MPC costs, play only the learned policy "
                                    "(a re-published checkpoint)")
     p.add_argument("--json", help="write the per-seed costs and the interval here")
+    p.add_argument("--headline-json", help="put the interval into the scenario's row of this "
+                   "file (docs/results/headline.json) as diff_vs_sim_mpc_more_seeds")
     args = p.parse_args(argv)
 
     from cloudrl.protocol import test_seeds
@@ -121,7 +123,27 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))
         print(f"wrote {args.json}")
+    if args.headline_json:
+        command = " ".join(["python", "experiments/analyses/learned_vs_sim_mpc.py",
+                            *(argv if argv is not None else sys.argv[1:])])
+        if not merge_headline(Path(args.headline_json), args.scenario, {
+                "n_test_seeds": n, "ci95": [d, lo, hi],
+                "pct_of_heuristic_ci95": [100 * x / base for x in (d, lo, hi)],
+                "goal_met": bool(goal), "command": command}):
+            return _fail(f"--headline-json {args.headline_json}: no row of {args.scenario}")
+        print(f"updated {args.scenario}'s row of {args.headline_json}")
     return 0
+
+
+def merge_headline(path: Path, scenario: str, more: dict) -> bool:
+    """Set ``diff_vs_sim_mpc_more_seeds`` of ``scenario``'s row of ``path``; False if none."""
+    data = json.loads(path.read_text())
+    for row in data.get("scenarios", []):
+        if row.get("scenario") == scenario:
+            row["diff_vs_sim_mpc_more_seeds"] = more
+            path.write_text(json.dumps(data, indent=2) + "\n")
+            return True
+    return False
 
 
 if __name__ == "__main__":
