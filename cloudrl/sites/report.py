@@ -206,11 +206,13 @@ def _learned_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     out = ["", "## The learned policy (`cloudrl sites train`)", "",
-           "Distilled from the forecast MPC (behaviour cloning + DAgger) and fine-tuned on the "
-           "true cost by evolution strategies, on train-period episodes only; the distilled "
-           "start and its fine-tune compete on validation-period episodes; the chosen one "
-           "plays the same test windows as the rows above. Paired differences per window, "
-           "learned minus each controller.", "",
+           "Distilled from a teacher (behaviour cloning + DAgger) and fine-tuned on the true "
+           "cost by evolution strategies, on train-period episodes only. The teacher is the "
+           "forecast MPC (`distill_fine_ready*`) or the site's tuned rule "
+           "(`distill_rule_fine_ready*`); with `--teacher both` both are trained and the four "
+           "checkpoints compete on validation-period episodes; the chosen one plays the same "
+           "test windows as the rows above. Paired differences per window, learned minus each "
+           "controller.", "",
            "| site | split | selected (validation $) | learned $ | − heuristic % [95% CI] | "
            "− MPC % [95% CI] | − MPC $ [95% CI] | SLA lc rate | SLA batch rate |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -237,7 +239,9 @@ def _learned_section(rows: list[dict[str, Any]]) -> list[str]:
             f"({_verdict(m).replace('the heuristic', 'the MPC')}): energy + carbon "
             f"{_ci(t['energy_and_carbon_vs_mpc'])}, SLA {_ci(t['sla_vs_mpc'])}.")
     out += ["", "Size of the training runs (`cloudrl sites train`, one worker, on a machine "
-            "shared with other jobs):", "",
+            "shared with other jobs; `train s` counts what that command trained: a family an "
+            "earlier run trained into the same `--out-dir` with the same settings is reused):",
+            "",
             "| site | split | expert seeds | DAgger rounds x seeds | ES iterations x pairs "
             "x 4 seeds | validation episodes | train s | select s | test s |",
             "|---|---|---|---|---|---|---|---|---|"]
