@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,20 +17,10 @@ from cloudrl.sites.registry import BUILTIN
 from cloudrl.sites.scenario import site_scenario
 from cloudrl.sites.splits import slice_path
 from envs.signals.make import make_signals
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTS = range(8760, 8780)
-
-
-def _port() -> int:
-    for p in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
-    pytest.skip("no free port in 8760-8779")
 
 
 @pytest.mark.parametrize("args, field", [
@@ -93,7 +82,7 @@ def test_site_loop_end_to_end_reads_no_test_date_before_the_test(tmp_path, slice
          "--val-seeds", "1", "--n-test-seeds", "2", "--members", "1", "--steps", "10",
          "--start", str(ROOT / "checkpoints/sites/de_lu"), "--pool-learned", "1",
          "--es-iterations", "1", "--es-pairs", "1", "--es-seeds", "1",
-         "--port", str(_port()), "--out", str(out)],
+         "--port", str(free_port(PORTS)), "--out", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     rep = json.loads((out / "report.json").read_text())
