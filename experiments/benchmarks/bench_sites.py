@@ -13,7 +13,8 @@ one of each controller on ``--windows`` windows (heuristic, MPC, fluid oracle, l
 that the headroom's per-window cost can be re-timed at today's load and extrapolated to the
 run's windows (said so in the table). Ratios to the reference episode compare across
 machines and loads; the issue's targets are headroom <= 20 min and the site headline <= 60
-min on 2 cores.
+min on 2 cores. Then the decide time per decision (p50, p99) of the heuristic, the MPC and
+the learned policy on one episode, the heuristic's the reference.
 """
 
 from __future__ import annotations
@@ -30,6 +31,28 @@ def _load() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+def decide_ms(site, split: str, window, spec) -> list[float]:
+    """Wall milliseconds of every decision ``spec``'s controller makes in one episode of
+    ``window`` (in process, one core)."""
+    from cloudrl.sites.scenario import site_scenario
+    from envs.scenario.sim import ScenarioSim
+
+    cfg = site_scenario(site, split, "test", start_date=window.start_date, carbon_model="gbt")
+    sim = ScenarioSim(cfg)
+    ctrl = spec.build()
+    sim.reset(window.seed)
+    ctrl.reset(sim)
+    out = []
+    while not sim.done:
+        if sim.t % cfg.decision_ticks == 0:
+            t = time.perf_counter()
+            controls = ctrl.decide(sim)
+            out.append(1000.0 * (time.perf_counter() - t))
+            sim.set_controls(*controls)
+        sim.tick()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':68s} {'wall s':>8s} {'min':>6s} {'x ref':>7s}  source")
     for name, s, how in rows:
         print(f"{name:68s} {s:8.1f} {s / 60:6.1f} {s / ref:7.0f}  {how}")
+    import numpy as np
+
+    print("decide ms per decision, one episode of the first test window (in process):")
+    for spec in (specs[0], specs[1], specs[3]):
+        ms = decide_ms(site, raw["split"], windows[0], spec)
+        print(f"  {spec.name:10s} p50 {np.percentile(ms, 50):7.2f}  p99 "
+              f"{np.percentile(ms, 99):7.2f}  ({len(ms)} decisions)")
     print(f"load average at the end: {_load()}")
     return 0
 
