@@ -135,11 +135,6 @@ def _train_from_rule(scn: Any, cfg: Any, rule: dict[str, Any], run_seed: int, ou
         es_to_dir(scn, start, ec, out, command=_es_command(scn, start, out, ec))
 
 
-def pairs_es(pairs: dict[str, tuple[str, str]]) -> set[str]:
-    """The ES fine-tune families of ``pairs`` (teacher -> (family, its distilled base))."""
-    return {family for family, _ in pairs.values()}
-
-
 def teacher_rule(site: Site, split: str, headroom_raw: dict[str, Any] | None, workers: int,
                  tune_samples: int, tune_seeds: int) -> dict[str, Any]:
     """The tuned signal-aware rule's parameters: the headroom run's selection, or tuned here
@@ -190,7 +185,7 @@ def train_site(site: Site, split: str, out_dir: str | Path, size: TrainSize = Tr
     val_cost = {k: float(np.mean([m["cost_usd"] for m in v])) for k, v in val.items()}
     # ties: the fine-tune over its start, the MPC's students (the older family) first
     order = list(cands)
-    chosen = min(val_cost, key=lambda k: (val_cost[k], k not in pairs_es(pairs),
+    chosen = min(val_cost, key=lambda k: (val_cost[k], k not in (FAMILY, RULE_FAMILY),
                                           order.index(k)))
     family, base = family_of[chosen]
     t_select = time.perf_counter() - t0 - t_train
